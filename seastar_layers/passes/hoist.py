@@ -1,0 +1,28 @@
+"""hoist_params: computations on closed-over tensors alone run once in torch, before the kernel.
+
+After this pass every parameter-space value a kernel reads is an input; torch's own autograd
+carries gradients from those inputs back to the user's parameters, so the compiler never
+differentiates parameter-only arithmetic.
+"""
+from __future__ import annotations
+
+from ..ir import Op, Program, Space
+from ..ir.program import dead_code_elimination, rebuild
+
+
+def hoist_params(prog: Program) -> tuple[Program, Program]:
+    """Returns (program with hoisted inputs, prelude computing them from the original params)."""
+    users = prog.users()
+    hoisted = [i for i, n in enumerate(prog.nodes)
+               if n.space is Space.PARAM and n.op is not Op.INPUT
+               and any(prog.nodes[u].space is not Space.PARAM for u in users[i])]
+    names = {i: f"#param{i}" for i in hoisted}
+    prelude = dead_code_elimination(Program(prog.nodes, tuple((names[i], i) for i in hoisted)))
+
+    def visit(b, i, node, args):
+        if i in names:
+            return b.input(names[i], Space.PARAM, node.shape)
+        return None
+
+    b, remap = rebuild(prog, visit)
+    return b.program((name, remap[i]) for name, i in prog.outputs), prelude

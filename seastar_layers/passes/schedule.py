@@ -1,0 +1,165 @@
+"""schedule: cut a program into fused kernels.
+
+A kernel is one sweep over rows: destination rows over their in-edges (direction dst), or source
+rows over their out-edges (direction src, used by backward programs). Inside a row, a kernel makes
+as many passes ("loops") over the row's edges as its aggregations need: GAT's max, sum and
+weighted sum are three loops of one kernel. Edge values are recomputed in each loop that needs
+them rather than stored. Kernels are numbered so that dst sweeps are even and src sweeps odd; an
+aggregation goes to the first kernel of its direction that comes after every aggregation of the
+other direction it depends on. Aggregation results read by another kernel go through a buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir import Op, Program, Space
+from ..ir.ops import AGGREGATIONS
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One tensor the kernels read or write: rows by space (one row for params), then shape."""
+
+    name: str
+    space: Space
+    shape: tuple[int, ...]
+    role: str  # "input", "output" or "temp"
+
+
+@dataclass
+class Loop:
+    aggs: list[int] = field(default_factory=list)
+    edge_writes: list[tuple[str, int]] = field(default_factory=list)  # (buffer, node)
+
+
+@dataclass
+class Kernel:
+    direction: Space  # DST: rows are destinations; SRC: rows are sources
+    loops: list[Loop] = field(default_factory=list)
+    row_writes: list[tuple[str, int]] = field(default_factory=list)  # (buffer, node)
+    aggs: set[int] = field(default_factory=set)
+
+    @property
+    def row_space(self) -> Space:
+        return self.direction
+
+    @property
+    def nbr_space(self) -> Space:
+        return Space.SRC if self.direction is Space.DST else Space.DST
+
+
+@dataclass
+class Schedule:
+    program: Program
+    kernels: list[Kernel]
+    buffers: list[Buffer]
+    reads: dict[int, str]  # node id -> buffer it is read from (inputs, and results of other kernels)
+    constant_outputs: dict[str, float]  # outputs that are a constant everywhere (filled by the runtime)
+
+    def __str__(self) -> str:
+        lines = []
+        for k, kern in enumerate(self.kernels):
+            lines.append(f"  kernel {k}: {kern.direction.value} rows")
+            for j, loop in enumerate(kern.loops):
+                lines.append(f"    loop {j}: aggregates {['%' + str(a) for a in loop.aggs]}"
+                             f" writes per edge {[b for b, _ in loop.edge_writes]}")
+            lines.append(f"    writes per row {[f'{b}=%{n}' for b, n in kern.row_writes]}")
+        lines.append("  buffers: " + ", ".join(f"{b.name}({b.role} {b.space.value}{list(b.shape)})"
+                                                for b in self.buffers))
+        return "\n".join(lines)
+
+
+def _first_kernel(direction: Space, same: int, other: int) -> int:
+    """Smallest index of `direction`'s parity that is >= same and > other."""
+    parity = 0 if direction is Space.DST else 1
+    k = max(same, other + 1, 0)
+    return k if k % 2 == parity else k + 1
+
+
+def schedule(prog: Program, output_spaces: dict[str, Space]) -> Schedule:
+    """output_spaces: where each output is written (DST/SRC rows, or EDGE for per-edge outputs)."""
+    nodes = prog.nodes
+    latest = {Space.DST: [-1] * len(nodes), Space.SRC: [-1] * len(nodes)}  # last kernel of each direction needed
+    kernel_of: dict[int, int] = {}
+    for i, n in enumerate(nodes):
+        for d in latest:
+            latest[d][i] = max((latest[d][a] for a in n.args), default=-1)
+        if n.op in AGGREGATIONS:
+            to = Space(n.attr("to"))
+            other = Space.SRC if to is Space.DST else Space.DST
+            k = _first_kernel(to, latest[to][i], latest[other][i])
+            kernel_of[i] = k
+            latest[to][i] = k
+
+    def kernel_for_output(i: int, space: Space) -> int:
+        direction = Space.SRC if space is Space.SRC else Space.DST
+        other = Space.SRC if direction is Space.DST else Space.DST
+        return _first_kernel(direction, latest[direction][i], latest[other][i])
+
+    buffers: list[Buffer] = []
+    reads: dict[int, str] = {}
+    for i, n in enumerate(nodes):
+        if n.op is Op.INPUT:
+            name = f"{n.attr('name')}@{n.space.value}"
+            buffers.append(Buffer(name, n.space, n.shape, "input"))
+            reads[i] = name
+
+    writes: dict[int, list] = {}
+    constant_outputs = {}
+    for name, i in prog.outputs:
+        space = output_spaces[name]
+        buffers.append(Buffer(name, space, nodes[i].shape, "output"))
+        if nodes[i].space is Space.CONST:
+            constant_outputs[name] = nodes[i].attr("value")
+            continue
+        writes.setdefault(kernel_for_output(i, space), []).append((name, i, space))
+
+    n_kernels = max(list(kernel_of.values()) + list(writes) + [0]) + 1
+    kernels = [Kernel(Space.DST if k % 2 == 0 else Space.SRC) for k in range(n_kernels)]
+    for i, k in kernel_of.items():
+        kernels[k].aggs.add(i)
+
+    # Loops inside each kernel: an aggregation runs in the loop after every same-kernel aggregation
+    # its operand depends on.
+    needed_elsewhere: set[int] = set()
+    for k, kern in enumerate(kernels):
+        stage: dict[int, int] = {}
+
+        def stage_of(i: int) -> int:
+            if i in stage:
+                return stage[i]
+            n = nodes[i]
+            if n.op in AGGREGATIONS and i not in kern.aggs:
+                needed_elsewhere.add(i)
+                s = 0
+            elif n.op in AGGREGATIONS:
+                s = stage_of(n.args[0]) + 1
+            else:
+                s = max((stage_of(a) for a in n.args), default=0)
+            stage[i] = s
+            return s
+
+        def loop(j: int) -> Loop:
+            while len(kern.loops) <= j:
+                kern.loops.append(Loop())
+            return kern.loops[j]
+
+        for a in sorted(kern.aggs):
+            loop(stage_of(nodes[a].args[0])).aggs.append(a)
+        for name, i, space in writes.get(k, []):
+            if space is Space.EDGE:
+                loop(stage_of(i)).edge_writes.append((name, i))
+            else:
+                stage_of(i)
+                kern.row_writes.append((name, i))
+
+    output_names = {i: name for name, i in prog.outputs}
+    for i in sorted(needed_elsewhere):
+        name = output_names.get(i)
+        if name is None or output_spaces[name] is not nodes[i].space:
+            name = f"#tmp{i}"
+            buffers.append(Buffer(name, nodes[i].space, nodes[i].shape, "temp"))
+            kernels[kernel_of[i]].row_writes.append((name, i))
+        reads[i] = name
+    kernels = [k for k in kernels if k.loops or k.row_writes]
+    return Schedule(prog, kernels, buffers, reads, constant_outputs)

@@ -1,0 +1,37 @@
+"""Every setting read from the environment, in one place."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def cache_dir() -> Path:
+    """SEASTAR_CACHE_DIR, else $XDG_CACHE_HOME/seastar_layers, else ~/.cache/seastar_layers."""
+    explicit = os.environ.get("SEASTAR_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "seastar_layers"
+
+
+def debug() -> bool:
+    """SEASTAR_DEBUG=1: print the IR after each pass, the saved tensors and the generated source."""
+    return _flag("SEASTAR_DEBUG")
+
+
+def force_rebuild() -> bool:
+    """SEASTAR_FORCE_REBUILD=1: ignore the on-disk cache and rebuild every kernel."""
+    return _flag("SEASTAR_FORCE_REBUILD")
+
+
+def jit_enabled() -> bool:
+    """SEASTAR_NO_JIT=1: never invoke a C++ compiler at run time (prebuilt layers still work)."""
+    return not _flag("SEASTAR_NO_JIT")
+
+
+def cxx() -> str:
+    return os.environ.get("CXX", "g++")

@@ -1,0 +1,61 @@
+"""Calling a generated entry point: buffers are checked and allocated here, then passed as raw pointers."""
+from __future__ import annotations
+
+import ctypes
+import math
+
+import torch
+
+from ..graph import Graph
+from ..ir import Space
+from ..passes.schedule import Schedule
+
+_GRAPH_ARRAY = ctypes.c_void_p * 6
+_SIZES = ctypes.c_int64 * 3
+
+
+def rows(space: Space, num_src: int, num_dst: int, num_edges: int) -> int | None:
+    return {Space.SRC: num_src, Space.DST: num_dst, Space.EDGE: num_edges, Space.PARAM: None}[space]
+
+
+def bind_entry(lib: ctypes.CDLL, name: str):
+    fn = getattr(lib, f"seastar_{name}")
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    return fn
+
+
+def buffer_shape(buf, sizes) -> tuple[int, ...]:
+    n = rows(buf.space, *sizes)
+    return buf.shape if n is None else (n, *buf.shape)
+
+
+def run(entry, sched: Schedule, graph_tensors: list[torch.Tensor], sizes: tuple[int, int, int],
+        inputs: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Run one scheduled program. inputs maps input buffer names to tensors; returns the outputs."""
+    tensors = []
+    for buf in sched.buffers:
+        shape = buffer_shape(buf, sizes)
+        if buf.role == "input":
+            t = inputs[buf.name]
+            if t.dtype != dtype or not t.is_contiguous() or t.numel() != math.prod(shape):
+                raise ValueError(f"internal: buffer {buf.name} expected a contiguous {dtype} tensor of shape "
+                                 f"{shape}, got {t.dtype} {tuple(t.shape)}")
+        elif buf.name in sched.constant_outputs:
+            t = torch.full(shape, sched.constant_outputs[buf.name], dtype=dtype)
+        else:
+            t = torch.empty(shape, dtype=dtype)
+        tensors.append(t)
+    pointers = (ctypes.c_void_p * max(len(tensors), 1))(*[t.data_ptr() for t in tensors])
+    numels = (ctypes.c_int64 * max(len(tensors), 1))(*[t.numel() for t in tensors])
+    graph = _GRAPH_ARRAY(*[t.data_ptr() for t in graph_tensors])
+    rc = entry(_SIZES(*sizes), graph, pointers, numels, torch.get_num_threads())
+    if rc != 0:
+        buf = sched.buffers[rc - 1]
+        raise ValueError(f"internal: the kernel entry refused buffer {buf.name} with {tensors[rc - 1].numel()} "
+                         f"elements for sizes {sizes}")
+    return {b.name: t for b, t in zip(sched.buffers, tensors, strict=True) if b.role == "output"}
+
+
+def graph_sizes(graph: Graph) -> tuple[int, int, int]:
+    return graph.num_src, graph.num_dst, graph.num_edges

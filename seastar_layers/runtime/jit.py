@@ -1,0 +1,111 @@
+"""Build generated C++ into a small shared library, cached on disk by a hash of what determines it.
+
+The key covers the source (which spells out the program and its specialisation), the compiler's
+own version, the C++ compiler and its flags, and the CPU the code is tuned for. Builds happen in a
+private temp dir and are renamed into place, so concurrent builds of one kernel are safe; each
+library has a checksum file written after it, so a truncated or corrupt entry is rebuilt.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from .. import __version__
+from ..errors import BuildError
+from . import config
+
+CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-fno-math-errno")
+_lock = threading.Lock()
+build_count = 0  # tests read it to prove the cache works
+
+
+@functools.lru_cache(maxsize=1)
+def _toolchain_identity() -> str:
+    cxx = config.cxx()
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise BuildError(f"no working C++ compiler ({cxx!r}: {e}); install g++ or set CXX, "
+                         "or use only the prebuilt layers") from None
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "flags", "Features")):
+                    cpu += line
+                    if line.startswith(("flags", "Features")):
+                        break
+    except OSError:
+        pass
+    return f"{version}\n{cpu}"
+
+
+def cache_key(source: str) -> str:
+    h = hashlib.sha256()
+    for part in (__version__, " ".join(CXX_FLAGS), _toolchain_identity(), source):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def _checksum(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_library(source: str, stem: str = "program") -> ctypes.CDLL:
+    """The compiled library for `source`, from the cache or freshly built."""
+    if not config.jit_enabled():
+        raise BuildError("SEASTAR_NO_JIT=1 is set, so custom programs cannot be compiled; "
+                         "unset it, or use only the prebuilt layers")
+    key = cache_key(source)
+    directory = config.cache_dir()
+    lib_path = directory / f"{stem}-{key}.so"
+    ok_path = directory / f"{stem}-{key}.sha256"
+    with _lock:
+        if not config.force_rebuild() and _valid(lib_path, ok_path):
+            return ctypes.CDLL(str(lib_path))
+        _build(source, directory, lib_path, ok_path)
+        return ctypes.CDLL(str(lib_path))
+
+
+def _valid(lib_path: Path, ok_path: Path) -> bool:
+    try:
+        return ok_path.read_text().strip() == _checksum(lib_path)
+    except OSError:
+        return False
+
+
+def _build(source: str, directory: Path, lib_path: Path, ok_path: Path) -> None:
+    global build_count
+    directory.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".build-", dir=directory))
+    try:
+        src = work / "program.cpp"
+        src.write_text(source)
+        out = work / "program.so"
+        cmd = [config.cxx(), *CXX_FLAGS, str(src), "-o", str(out)]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            kept = directory / f"failed-{lib_path.stem}.cpp"
+            shutil.copy(src, kept)
+            raise BuildError(f"compiling a generated kernel failed (this is a bug in seastar_layers; please report "
+                             f"it with {kept}):\n{' '.join(cmd)}\n{result.stderr[-4000:]}")
+        # a new inode each time: a process that already loaded the old library keeps its mapping
+        os.replace(out, lib_path)
+        tmp_ok = work / "ok"
+        tmp_ok.write_text(_checksum(lib_path))
+        os.replace(tmp_ok, ok_path)
+        build_count += 1
+        if config.debug():
+            print(f"[seastar] built {lib_path}", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,116 @@
+"""Test helpers: random graphs with every awkward case, and the naive oracle for vertex programs."""
+from __future__ import annotations
+
+import builtins
+import types
+
+import torch
+
+
+def random_graph(num_src: int, num_dst: int, num_edges: int, seed: int = 0) -> torch.Tensor:
+    """(2, E) edges with isolated vertices, zero in-degree destinations, multi-edges and, when the
+    graph is not bipartite, self-loops."""
+    gen = torch.Generator().manual_seed(seed)
+    # the last destination and the last source take part in no edge
+    src = torch.randint(0, max(num_src - 1, 1), (num_edges,), generator=gen)
+    dst = torch.randint(0, max(num_dst - 1, 1), (num_edges,), generator=gen)
+    extra_src, extra_dst = [src[0], src[1]], [dst[0], dst[1]]  # duplicates: multi-edges
+    if num_src == num_dst:
+        extra_src.append(torch.tensor(2))
+        extra_dst.append(torch.tensor(2))  # a self-loop
+    src = torch.cat([src, torch.stack(extra_src)])
+    dst = torch.cat([dst, torch.stack(extra_dst)])
+    return torch.stack([src, dst])
+
+
+class _Degree(int):
+    """len(v.innbs) in the oracle: dividing by the length of an empty neighbourhood gives 0, as the
+    compiler defines mean over no neighbours (PyG's convention)."""
+
+    def __rtruediv__(self, other):
+        return other * 0 if int(self) == 0 else other / int(self)
+
+
+def _elementwise(pairwise):
+    def reduce(items):
+        items = list(items)
+        if not items:
+            return 0
+        out = items[0]
+        for x in items[1:]:
+            out = pairwise(out, x)
+        return out
+
+    return reduce
+
+
+def oracle(fn, edge_index: torch.Tensor, num_dst: int, like, **features):
+    """Run fn once per destination vertex in plain Python and stack the results.
+
+    `like` (a tensor or tuple of tensors) gives the result shapes for vertices whose result is the
+    number 0 (aggregations over no neighbours)."""
+    src, dst = edge_index.tolist()
+    in_edges = [[] for _ in range(num_dst)]
+    for k, (u, w) in enumerate(zip(src, dst)):
+        in_edges[w].append((k, u))
+
+    class Row:
+        def __init__(self, index):
+            self._index = index
+
+        def __getattr__(self, name):
+            return features[name][self._index]
+
+    class Edge(Row):
+        def __init__(self, k, u, w):
+            super().__init__(k)
+            self.src, self.dst = Row(u), Row(w)
+
+    class Vertex(Row):
+        @property
+        def innbs(self):
+            return [Row(u) for _, u in in_edges[self._index]]
+
+        @property
+        def inedges(self):
+            return [Edge(k, u, self._index) for k, u in in_edges[self._index]]
+
+    def length(x):
+        return _Degree(builtins.len(x)) if isinstance(x, list) else builtins.len(x)
+
+    glob = dict(fn.__globals__, max=_elementwise(torch.maximum), min=_elementwise(torch.minimum), len=length)
+    plain = types.FunctionType(fn.__code__, glob, fn.__name__, fn.__defaults__, fn.__closure__)
+    likes = like if isinstance(like, tuple) else (like,)
+    per_vertex = [plain(Vertex(i)) for i in range(num_dst)]
+    outs = []
+    for k, ref in enumerate(likes):
+        rows = []
+        for r in per_vertex:
+            r = r[k] if isinstance(like, tuple) else r
+            # a vertex with no neighbours may get a plain 0 (or a 0-d product with it) from Python's sum
+            r = r if isinstance(r, torch.Tensor) else torch.tensor(float(r), dtype=ref.dtype)
+            rows.append(torch.broadcast_to(r, ref.shape[1:]))
+        outs.append(torch.stack(rows).reshape(ref.shape))
+    return tuple(outs) if isinstance(like, tuple) else outs[0]
+
+
+def grads(outputs, inputs, seed: int = 1):
+    """Gradients of a fixed random projection of the outputs w.r.t. inputs (None where unused)."""
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    gen = torch.Generator().manual_seed(seed)
+    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum() for o in outputs)
+    if not loss.requires_grad:  # e.g. a graph without edges: the result is constant
+        return tuple(None for _ in inputs)
+    return torch.autograd.grad(loss, inputs, allow_unused=True)
+
+
+def assert_close(actual, expected, atol=1e-9, rtol=1e-7):
+    if isinstance(expected, tuple):
+        assert isinstance(actual, tuple) and len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_close(a, e, atol, rtol)
+        return
+    if expected is None:
+        assert actual is None or torch.count_nonzero(actual) == 0
+        return
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)
