@@ -153,14 +153,19 @@ class CompiledProgram:
         except CompileError as e:
             raise e.with_traceback(None) from None  # the user's line is in the message; drop compiler frames
 
-    def __call__(self, graph, *, size=None, **features):
+    @torch.compiler.disable  # compilation is Python work on source and shapes, not something to trace
+    def prepare(self, graph, size=None, **features) -> tuple[Specialisation, list, list]:
+        """The specialisation for these features and the op's arguments (graph tensors, inputs)."""
         spec = self.specialise(features)
         g = _resolve_graph(graph, size, spec, features)
         unused = sorted(set(features) - {name for name, _ in spec.features})
         if unused:
             raise TypeError(f"{self.fn.__name__} got features it never reads: {', '.join(unused)}")
-        inputs = _gather_inputs(self.fn, spec, g, features)
-        outs = spec.op.forward(g.tensors(), inputs)[:len(spec.op.output_names)]
+        return spec, g.tensors(), _gather_inputs(self.fn, spec, g, features)
+
+    def __call__(self, graph, *, size=None, **features):
+        spec, graph_tensors, inputs = self.prepare(graph, size, **features)
+        outs = spec.op.forward(graph_tensors, inputs)[:len(spec.op.output_names)]
         return tuple(outs) if spec.returns_tuple else outs[0]
 
 

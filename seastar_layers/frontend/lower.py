@@ -240,7 +240,8 @@ class Lowering(ast.NodeVisitor):
     def visit_Expr(self, node):
         if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             return  # a docstring
-        self.generic_visit(node)
+        self.visit(node.value)  # refuses calls outside the language with their own message
+        raise IRError("an expression statement has no effect in a vertex program; assign or return its value")
 
     def visit_Pass(self, node):
         return None
@@ -423,7 +424,7 @@ class Lowering(ast.NodeVisitor):
         try:
             return self.elementwise(op, [left, right])
         except IRError as e:
-            if "broadcast" not in str(e):
+            if not str(e).startswith("feature shapes"):
                 raise
             lt, rt = (ast.unparse(n) for n in (node.left, node.right)) if isinstance(node, ast.BinOp) else ("", "")
             ls, rs = (list(self.b.node(x.id).shape) if isinstance(x, Value) else [] for x in (left, right))
