@@ -1,0 +1,71 @@
+"""Shared benchmark plumbing: timing, memory kept for backward, peak memory, JSON records."""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def time_fwd_bwd(step, warmup: int = 3, repeat: int = 15) -> float:
+    """Median seconds of step() (which runs forward and backward)."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def saved_for_backward_bytes(forward) -> int:
+    """Bytes of the tensors autograd keeps between forward() and backward() (views counted once)."""
+    seen: dict = {}
+
+    def pack(t):
+        seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = forward()
+    del out
+    return sum(seen.values())
+
+
+def peak_memory_bytes(step) -> int:
+    """Peak bytes allocated by torch's CPU allocator during step(), via the profiler's memory events."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    current = peak = 0
+    for evt in sorted(prof.events(), key=lambda e: e.time_range.start):
+        if getattr(evt, "cpu_memory_usage", 0):
+            current += evt.cpu_memory_usage
+            peak = max(peak, current)
+    return peak
+
+
+def machine() -> dict:
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": platform.processor() or
+            platform.machine(), "python": platform.python_version()}
+
+
+def write_record(name: str, record: dict) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(record, indent=2))
+    return path
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    widths = [max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(str(r.get(c, "")).ljust(w) for c, w in zip(columns, widths)) for r in rows]
+    return "\n".join(lines)
