@@ -12,7 +12,7 @@ import torch
 from .codegen.cstyle import CpuDialect, render_program
 from .errors import CompileError
 from .frontend.lower import DEGREE_INPUT, FeatureSpec, lower, resolve_path, signature_of
-from .graph import Graph
+from .graph import Graph, as_graph
 from .ir import Program, Space, verify
 from .passes.autodiff import SAVED_PREFIX, autodiff
 from .passes.canonicalize import canonicalize
@@ -116,22 +116,15 @@ _CACHE = _SpecialisationCache()
 
 
 def _resolve_graph(graph, size, spec: "Specialisation", features: dict) -> Graph:
-    if isinstance(graph, Graph):
-        if size is not None:
-            raise ValueError("pass 'size' only with an edge_index tensor; a Graph already knows its sizes")
-        return graph
-    if isinstance(graph, torch.Tensor):
-        if size is None:
-            # as PyG: the number of vertices comes from the vertex features, not the largest index
-            src_rows = {features[n].shape[0] for n, s in spec.features if s is Space.SRC}
-            dst_rows = {features[n].shape[0] for n, s in spec.features if s is Space.DST}
-            if len(src_rows | dst_rows) == 1:
-                size = (src_rows | dst_rows).pop()
-            elif len(src_rows) == 1 and len(dst_rows) == 1:
-                size = (src_rows.pop(), dst_rows.pop())
-        return Graph.from_edge_index(graph, size)
-    raise TypeError(f"the graph must be an edge_index tensor of shape (2, E) or a seastar_layers.Graph, "
-                    f"got {type(graph).__name__}")
+    if isinstance(graph, torch.Tensor) and size is None and not hasattr(graph, "sparse_size"):
+        # as PyG: the number of vertices comes from the vertex features, not the largest index
+        src_rows = {features[n].shape[0] for n, s in spec.features if s is Space.SRC}
+        dst_rows = {features[n].shape[0] for n, s in spec.features if s is Space.DST}
+        if len(src_rows | dst_rows) == 1:
+            size = (src_rows | dst_rows).pop()
+        elif len(src_rows) == 1 and len(dst_rows) == 1:
+            size = (src_rows.pop(), dst_rows.pop())
+    return as_graph(graph, size)
 
 
 class CompiledProgram:

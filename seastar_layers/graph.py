@@ -1,6 +1,9 @@
 """Graph: CSR by destination (in-edges, forward sweeps) and by source (out-edges, backward sweeps)."""
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
+
 import torch
 
 
@@ -88,3 +91,81 @@ def _csr(keys: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     indptr = torch.zeros(n + 1, dtype=torch.int64, device=keys.device)
     torch.cumsum(counts, 0, out=indptr[1:])
     return indptr, perm
+
+
+class _GraphCache:
+    """Graphs built from user objects, keyed by the object's identity (checked through a weak
+    reference, so a recycled id never matches), its version counter and whatever processing the
+    caller names. An epoch loop over one edge_index converts it once."""
+
+    def __init__(self, capacity: int = 32):
+        self.capacity = capacity
+        self._entries: OrderedDict = OrderedDict()
+        self.builds = 0  # tests read it to prove a second forward does not rebuild
+
+    def get(self, obj, key: tuple, build) -> "Graph":
+        full_key = (id(obj), key)
+        entry = self._entries.get(full_key)
+        if entry is not None and entry[0]() is obj:
+            self._entries.move_to_end(full_key)
+            return entry[1]
+        graph = build()
+        self.builds += 1
+        try:
+            ref = weakref.ref(obj)
+        except TypeError:
+            return graph
+        self._entries[full_key] = (ref, graph)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return graph
+
+
+graph_cache = _GraphCache()
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    return (t._version, t.data_ptr(), tuple(t.shape), t.dtype, t.device)
+
+
+def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
+    """A Graph from a Graph, an edge_index tensor (or PyG EdgeIndex), or a DGLGraph / DGL block.
+
+    Conversions are cached per object. `build(obj) -> Graph` replaces the plain conversion of a
+    tensor (layers use it to add self-loops first); `key` names that processing in the cache."""
+    if isinstance(graph, Graph):
+        if size is not None:
+            raise ValueError("pass 'size' only with an edge_index tensor; a Graph already knows its sizes")
+        return graph
+    if isinstance(graph, torch.Tensor):
+        if (graph.is_sparse or graph.layout != torch.strided) and build is None:
+            raise TypeError("a torch sparse adjacency is accepted by the layers, not by compiled programs; "
+                            "pass edge_index = adj_t.to_sparse_coo().indices().flip(0)")
+        plain = graph.as_tensor() if hasattr(graph, "as_tensor") else graph  # PyG's EdgeIndex
+        if plain.layout != torch.strided:
+            return graph_cache.get(graph, (plain._version, tuple(plain.shape), size) + key, lambda: build(plain))
+        if size is None and hasattr(graph, "sparse_size"):
+            sizes = graph.sparse_size()
+            size = tuple(sizes) if None not in sizes else None
+        make = (lambda: build(plain)) if build is not None else (lambda: Graph.from_edge_index(plain, size))
+        return graph_cache.get(graph, (_tensor_key(plain), size) + key, make)
+    if type(graph).__name__ in ("DGLGraph", "DGLBlock") or hasattr(graph, "adj_tensors"):
+        if size is not None:
+            raise ValueError("pass 'size' only with an edge_index tensor; a DGL graph already knows its sizes")
+        return graph_cache.get(graph, ("dgl", graph.num_src_nodes(), graph.num_dst_nodes(), graph.num_edges()) + key,
+                               lambda: Graph.from_dgl(graph))
+    raise TypeError(f"the graph must be an edge_index tensor of shape (2, E), a PyG EdgeIndex, a DGLGraph or block, "
+                    f"or a seastar_layers.Graph; got {type(graph).__name__}")
+
+
+def _from_dgl(cls, g) -> Graph:
+    """From a DGLGraph or block, with DGL's edge ids as edge ids. (DGL 2.1's adj_tensors returns
+    corrupt arrays for blocks under a newer torch, so the edge list in id order is the source.)"""
+    if len(g.canonical_etypes) != 1:
+        raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
+                         "pass one relation at a time, e.g. g[etype]")
+    src, dst = g.edges(order="eid")
+    return cls.from_edge_index(torch.stack([src, dst]), (g.num_src_nodes(), g.num_dst_nodes()))
+
+
+Graph.from_dgl = classmethod(_from_dgl)

@@ -52,7 +52,7 @@ def _degrees(prog: Program, seed: int) -> dict[int, int] | None:
 
 def stabilise_softmax(prog: Program) -> Program:
     for i, n in enumerate(prog.nodes):
-        if n.op is not Op.EXP or n.space is not Space.EDGE or n.attr("stabilised"):
+        if n.op is not Op.EXP or n.space not in (Space.EDGE, Space.SRC) or n.attr("stabilised"):
             continue
         users = prog.users()
         if not any(prog.nodes[u].op is Op.AGG_SUM for u in users[i]):

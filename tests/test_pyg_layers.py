@@ -1,0 +1,204 @@
+"""Parity of seastar_layers.{GATConv, GCNConv, APPNP} with PyG's layers: outputs, gradients, state_dicts."""
+import warnings
+
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+from helpers import random_graph
+
+import seastar_layers as sl
+from seastar_layers.graph import graph_cache
+
+N, F_IN = 29, 12
+
+
+def data(num_edges=110, seed=0, n=N):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, F_IN, generator=gen), random_graph(n, n, num_edges, seed=seed)
+
+
+def pair(name, **kwargs):
+    torch.manual_seed(0)
+    ref = getattr(pyg_nn, name)(**kwargs)
+    ours = getattr(sl, name)(**kwargs)
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    ref.eval()
+    ours.eval()
+    return ref, ours
+
+
+def check(ref, ours, *args, **kwargs):
+    """Same outputs and same gradients for every parameter and the input features."""
+    leaves = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    for t in leaves:
+        t.requires_grad_(True)
+    outs = []
+    for layer in (ref, ours):
+        layer.zero_grad()
+        out = layer(*args, **kwargs)
+        gen = torch.Generator().manual_seed(3)
+        (out * torch.randn(out.shape, generator=gen)).sum().backward()
+        outs.append((out.detach(), [t.grad for t in leaves], {k: p.grad.clone() for k, p in
+                                                                      layer.named_parameters() if p.grad is not None}))
+        for t in leaves:
+            t.grad = None
+    (a, ga, pa), (b, gb, pb) = outs
+    torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    for x, y in zip(ga, gb):
+        if x is None:  # e.g. edge weights a cached layer ignores
+            assert y is None
+            continue
+        torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-5)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        torch.testing.assert_close(pb[k], pa[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+GAT_OPTIONS = [
+    dict(heads=1),
+    dict(heads=4),
+    dict(heads=3, concat=False),
+    dict(heads=2, negative_slope=0.05),
+    dict(heads=2, add_self_loops=False),
+    dict(heads=2, bias=False),
+    dict(heads=2, residual=True),
+    dict(heads=2, edge_dim=3),
+    dict(heads=2, edge_dim=3, fill_value=0.5),
+    dict(heads=2, edge_dim=3, fill_value="add"),
+    dict(heads=2, edge_dim=3, add_self_loops=False),
+]
+
+
+@pytest.mark.parametrize("options", GAT_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_gat_options(options):
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=5, **options)
+    x, ei = data()
+    args = (x, ei)
+    if "edge_dim" in options:
+        args = (x, ei, torch.randn(ei.shape[1], 3))
+    check(ref, ours, *args)
+
+
+def test_gat_bipartite_and_size():
+    ref, ours = pair("GATConv", in_channels=(F_IN, 7), out_channels=4, heads=2, add_self_loops=False)
+    gen = torch.Generator().manual_seed(1)
+    x_src, x_dst = torch.randn(17, F_IN, generator=gen), torch.randn(9, 7, generator=gen)
+    ei = random_graph(17, 9, 50, seed=4)
+    check(ref, ours, (x_src, x_dst), ei)
+    check(ref, ours, (x_src, x_dst), ei, size=(17, 9))
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, add_self_loops=False)
+    check(ref, ours, (x_src, x_dst[:, :1].expand(9, F_IN).contiguous()), ei)
+
+
+def test_gat_dropout_is_on_attention_and_deterministic_in_eval():
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, dropout=0.5)
+    x, ei = data()
+    check(ref, ours, x, ei)  # eval: no dropout, exact parity
+    ours.train()
+    torch.manual_seed(0)
+    a = ours(x, ei)
+    torch.manual_seed(1)
+    b = ours(x, ei)
+    assert not torch.allclose(a, b)  # dropout is active in training
+    assert torch.isfinite(a).all()
+
+
+def test_gat_return_attention_weights_warns_and_matches():
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2)
+    x, ei = data()
+    with pytest.warns(RuntimeWarning, match="return_attention_weights is not fused"):
+        out, (ei_out, alpha) = ours(x, ei, return_attention_weights=True)
+    out_ref, (ei_ref, alpha_ref) = ref(x, ei, return_attention_weights=True)
+    torch.testing.assert_close(out, out_ref)
+    torch.testing.assert_close(alpha, alpha_ref)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(improved=True), dict(add_self_loops=False), dict(normalize=False),
+                                     dict(bias=False), dict(cached=True)], ids=str)
+def test_gcn_options(options):
+    ref, ours = pair("GCNConv", in_channels=F_IN, out_channels=6, **options)
+    x, ei = data()
+    check(ref, ours, x, ei)
+    check(ref, ours, x, ei, torch.rand(ei.shape[1]))
+
+
+@pytest.mark.parametrize("options", [dict(K=1, alpha=0.1), dict(K=5, alpha=0.3), dict(K=3, alpha=0.1, add_self_loops=False),
+                                     dict(K=2, alpha=0.2, normalize=False), dict(K=2, alpha=0.1, cached=True)], ids=str)
+def test_appnp_options(options):
+    ref, ours = pair("APPNP", **options)
+    x, ei = data()
+    check(ref, ours, x, ei)
+    check(ref, ours, x, ei, torch.rand(ei.shape[1]))
+
+
+def test_appnp_dropout_runs_in_training():
+    _, ours = pair("APPNP", K=3, alpha=0.1, dropout=0.5)
+    ours.train()
+    x, ei = data()
+    out = ours(x, ei)
+    assert out.shape == x.shape and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
+                                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)),
+                                         ("APPNP", dict(K=2, alpha=0.1))])
+def test_graph_formats_agree(name, kwargs):
+    from torch_geometric import EdgeIndex
+
+    ref, ours = pair(name, **kwargs)
+    x, ei = data()
+    expected = ref(x, ei)
+    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.shape[1]), (N, N)).coalesce()
+    formats = {
+        "edge_index int64": ei,
+        "edge_index int32": ei.to(torch.int32),
+        "EdgeIndex": EdgeIndex(ei, sparse_size=(N, N)),
+    }
+    for fmt, graph in formats.items():
+        torch.testing.assert_close(ours(x, graph), expected, atol=1e-5, rtol=1e-5, msg=fmt)
+    for fmt, adj in {"sparse COO adj_t": adj_t, "sparse CSR adj_t": adj_t.to_sparse_csr()}.items():
+        torch.testing.assert_close(ours(x, adj), ref(x, adj), atol=1e-5, rtol=1e-5, msg=fmt)
+
+
+@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
+                                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)),
+                                         ("APPNP", dict(K=2, alpha=0.1))])
+def test_graph_without_edges_and_isolated_vertices(name, kwargs):
+    ref, ours = pair(name, **kwargs)
+    x, _ = data()
+    check(ref, ours, x, torch.zeros(2, 0, dtype=torch.long))
+    if name == "GATConv":
+        ref, ours = pair(name, add_self_loops=False, **kwargs)
+        check(ref, ours, x, random_graph(N, N, 20, seed=9))
+
+
+def test_state_dict_round_trip_and_repr():
+    for name, kwargs in [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=4, edge_dim=2, residual=True)),
+                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)), ("APPNP", dict(K=4, alpha=0.2))]:
+        ref, ours = pair(name, **kwargs)
+        back = getattr(pyg_nn, name)(**kwargs)
+        back.load_state_dict(ours.state_dict(), strict=True)
+        assert repr(ours) == repr(ref)
+        assert isinstance(ours, pyg_nn.MessagePassing)
+        ours.reset_parameters()  # PyG's, re-initialising every parameter
+
+
+def test_second_forward_does_not_rebuild_the_graph():
+    _, ours = pair("GATConv", in_channels=F_IN, out_channels=3, heads=2)
+    x, ei = data()
+    ours(x, ei)
+    before = graph_cache.builds
+    ours(x, ei)
+    ours(x * 2, ei)
+    assert graph_cache.builds == before
+    ei.add_(0)  # an in-place change bumps the version: the graph is rebuilt
+    ours(x, ei)
+    assert graph_cache.builds == before + 1
+
+
+def test_no_silent_fallback_in_common_paths():
+    _, ours = pair("GATConv", in_channels=F_IN, out_channels=3, heads=2, edge_dim=2)
+    x, ei = data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours(x, ei, torch.randn(ei.shape[1], 2))
