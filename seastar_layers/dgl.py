@@ -1,0 +1,164 @@
+"""Drop-in replacements for dgl.nn.GATConv, GraphConv and APPNPConv.
+
+    from seastar_layers.dgl import GATConv, GraphConv, APPNPConv
+
+Each subclasses DGL's own module (constructor, parameters, reset_parameters(), state_dict are
+DGL's) and replaces forward(): dense transforms and per-vertex normalisation stay in torch, every
+edge-wise step runs as one fused vertex program. DGLGraphs and blocks from DGL's samplers work.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .compat import import_dgl
+from .graph import as_graph
+from .nn import programs
+
+dgl = import_dgl()
+from dgl.nn.pytorch import APPNPConv as _DGLAPPNPConv  # noqa: E402
+from dgl.nn.pytorch import GATConv as _DGLGATConv  # noqa: E402
+from dgl.nn.pytorch import GraphConv as _DGLGraphConv  # noqa: E402
+from dgl.nn.pytorch.conv.graphconv import EdgeWeightNorm  # noqa: E402
+
+_warned: set[tuple[str, str]] = set()
+
+ZERO_IN_DEGREE = ("There are 0-in-degree nodes in the graph, output for those nodes will be invalid. This is harmful "
+                  "for some applications, causing silent performance regression. Adding self-loop on the input graph "
+                  "by calling `g = dgl.add_self_loop(g)` will resolve the issue. Setting ``allow_zero_in_degree`` to "
+                  "be `True` when constructing this module will suppress the check and let the code run.")
+
+
+def _warn_once(layer: str, option: str) -> None:
+    if (layer, option) not in _warned:
+        _warned.add((layer, option))
+        warnings.warn(f"seastar_layers.dgl.{layer}: {option} is not fused; running DGL's own {layer} for it",
+                      RuntimeWarning, stacklevel=3)
+
+
+def _check_in_degrees(module, graph) -> None:
+    if not module._allow_zero_in_degree and (graph.in_degrees() == 0).any():
+        raise dgl.DGLError(ZERO_IN_DEGREE)
+
+
+class GATConv(_DGLGATConv):
+    __doc__ = ("Fused drop-in for :class:`dgl.nn.GATConv`: attention, softmax, attention dropout, edge weights and "
+               "aggregation in one sweep over the edges.\n\n" + (_DGLGATConv.__doc__ or ""))
+
+    def forward(self, graph, feat, edge_weight=None, get_attention=False):
+        two_dim = all(f.dim() == 2 for f in (feat if isinstance(feat, tuple) else (feat,)))
+        if get_attention or not two_dim:
+            _warn_once("GATConv", "get_attention=True" if get_attention else "node features with more than 2 dims")
+            return super().forward(graph, feat, edge_weight, get_attention)
+        _check_in_degrees(self, graph)
+        H, F = self._num_heads, self._out_feats
+        if isinstance(feat, tuple):
+            h_src, h_dst = self.feat_drop(feat[0]), self.feat_drop(feat[1])
+            fc_src = self.fc if not hasattr(self, "fc_src") else self.fc_src
+            fc_dst = self.fc if not hasattr(self, "fc_src") else self.fc_dst
+            feat_src, feat_dst = fc_src(h_src).view(-1, H, F), fc_dst(h_dst).view(-1, H, F)
+        else:
+            h_src = h_dst = self.feat_drop(feat)
+            feat_src = feat_dst = self.fc(h_src).view(-1, H, F)
+            if graph.is_block:
+                feat_dst = feat_src[: graph.number_of_dst_nodes()]
+                h_dst = h_dst[: graph.number_of_dst_nodes()]
+        el = (feat_src * self.attn_l).sum(dim=-1, keepdim=True)
+        er = (feat_dst * self.attn_r).sum(dim=-1, keepdim=True)
+        g = as_graph(graph)
+        feats = {"a_src": el, "a_dst": er, "x": feat_src}
+        mask = None
+        if self.training and self.attn_drop.p > 0:
+            keep = 1.0 - self.attn_drop.p
+            mask = torch.empty(g.num_edges, H, 1, dtype=el.dtype).bernoulli_(keep) / keep
+        if edge_weight is not None:
+            weight = edge_weight.reshape(g.num_edges, 1, 1).to(el.dtype)
+            mask = weight.expand(g.num_edges, H, 1) if mask is None else mask * weight
+        if mask is not None:
+            feats["mask"] = mask.contiguous()
+        slope = el.new_tensor(self.leaky_relu.negative_slope)
+        rst = programs.gat_attention(True, False, mask is not None, slope)(g, **feats)
+        if self.res_fc is not None:
+            rst = rst + self.res_fc(h_dst).view(h_dst.shape[0], -1, F)
+        if self.has_explicit_bias:
+            rst = rst + self.bias.view(1, H, F)
+        if self.activation:
+            rst = self.activation(rst)
+        return rst
+
+
+def _degree_norm(degrees: torch.Tensor, like: torch.Tensor, how: str) -> torch.Tensor:
+    degs = degrees.to(like).clamp(min=1)
+    norm = torch.pow(degs, -0.5) if how == "both" else 1.0 / degs
+    return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
+
+
+class GraphConv(_DGLGraphConv):
+    __doc__ = ("Fused drop-in for :class:`dgl.nn.GraphConv`: the (weighted) neighbour sum is one sweep.\n\n"
+               + (_DGLGraphConv.__doc__ or ""))
+
+    def forward(self, graph, feat, weight=None, edge_weight=None):
+        _check_in_degrees(self, graph)
+        feat_src, feat_dst = dgl.utils.expand_as_pair(feat, graph)
+        if edge_weight is not None and edge_weight.shape[0] != graph.num_edges():
+            raise ValueError(f"'edge_weight' must have one value per edge ({graph.num_edges()}), "
+                             f"got shape {tuple(edge_weight.shape)}")
+        if self._norm in ("left", "both"):
+            feat_src = feat_src * _degree_norm(graph.out_degrees(), feat_src, self._norm)
+        if weight is not None:
+            if self.weight is not None:
+                raise dgl.DGLError("External weight is provided while at the same time the module has defined its "
+                                   "own weight parameter. Please create the module with flag weight=False.")
+        else:
+            weight = self.weight
+        g = as_graph(graph)
+
+        def propagate(x):
+            feats = {"x": x}
+            if edge_weight is not None:
+                feats["w"] = edge_weight.to(x.dtype)
+            return programs.weighted_sum(edge_weight is not None)(g, **feats)
+
+        if self._in_feats > self._out_feats:  # multiply first when that makes the messages narrower, as DGL
+            rst = propagate(torch.matmul(feat_src, weight) if weight is not None else feat_src)
+        else:
+            rst = propagate(feat_src)
+            if weight is not None:
+                rst = torch.matmul(rst, weight)
+        if self._norm in ("right", "both"):
+            rst = rst * _degree_norm(graph.in_degrees(), feat_dst, self._norm)
+        if self.bias is not None:
+            rst = rst + self.bias
+        if self._activation is not None:
+            rst = self._activation(rst)
+        return rst
+
+
+class APPNPConv(_DGLAPPNPConv):
+    __doc__ = ("Fused drop-in for :class:`dgl.nn.APPNPConv`: each propagation step, teleport term included, is one "
+               "sweep.\n\n" + (_DGLAPPNPConv.__doc__ or ""))
+
+    def forward(self, graph, feat, edge_weight=None):
+        g = as_graph(graph)
+        if edge_weight is None:
+            src_norm = _degree_norm(graph.out_degrees(), feat, "both")
+            dst_norm = _degree_norm(graph.in_degrees(), feat, "both")
+        else:
+            edge_weight = EdgeWeightNorm("both")(graph, edge_weight)
+        alpha = feat.new_tensor(self._alpha)
+        feat_0 = feat
+        for _ in range(self._k):
+            w = edge_weight
+            if self.training and self.edge_drop.p > 0:
+                w = self.edge_drop(torch.ones(g.num_edges, 1, dtype=feat.dtype) if w is None else w)
+            feats = {"x": feat * src_norm if edge_weight is None else feat}
+            if w is not None:
+                feats["w"] = w.reshape(g.num_edges, *([1] * (feat.dim() - 1))).to(feat.dtype)
+            if edge_weight is None:
+                # (1 - alpha) * (sum * dst_norm) + alpha * h: fold dst_norm into the teleport split
+                out = programs.weighted_sum("w" in feats)(g, **feats)
+                feat = (1 - alpha) * out * dst_norm + alpha * feat_0
+            else:
+                feat = programs.appnp_step(True, alpha)(g, h=feat_0, **feats)
+        return feat

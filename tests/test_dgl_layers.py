@@ -1,0 +1,160 @@
+"""Parity of seastar_layers.dgl.{GATConv, GraphConv, APPNPConv} with dgl.nn, on graphs and sampled blocks."""
+import pytest
+import torch
+
+from seastar_layers.compat import import_dgl
+
+dgl = import_dgl()
+import seastar_layers.dgl as sd  # noqa: E402
+from seastar_layers.graph import graph_cache  # noqa: E402
+
+N, F_IN = 31, 10
+
+
+def graph(self_loops=True, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    src, dst = torch.randint(0, N, (120,), generator=gen), torch.randint(0, N, (120,), generator=gen)
+    g = dgl.graph((src, dst), num_nodes=N)
+    return dgl.add_self_loop(g) if self_loops else g
+
+
+def pair(name, **kwargs):
+    torch.manual_seed(0)
+    ref = getattr(dgl.nn, name)(**kwargs)
+    ours = getattr(sd, name)(**kwargs)
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    ref.eval()
+    ours.eval()
+    return ref, ours
+
+
+def check(ref, ours, g, feat, **kwargs):
+    feats = feat if isinstance(feat, tuple) else (feat,)
+    results = []
+    for layer in (ref, ours):
+        leaves = [f.detach().clone().requires_grad_() for f in feats]
+        layer.zero_grad()
+        out = layer(g, tuple(leaves) if isinstance(feat, tuple) else leaves[0], **kwargs)
+        gen = torch.Generator().manual_seed(5)
+        (out * torch.randn(out.shape, generator=gen)).sum().backward()
+        results.append((out.detach(), [t.grad for t in leaves],
+                        {k: p.grad for k, p in layer.named_parameters() if p.grad is not None}))
+    (a, ga, pa), (b, gb, pb) = results
+    torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    for x, y in zip(ga, gb):
+        torch.testing.assert_close(y, x, atol=1e-5, rtol=1e-5)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        torch.testing.assert_close(pb[k], pa[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def x(n=N, width=F_IN, seed=1):
+    return torch.randn(n, width, generator=torch.Generator().manual_seed(seed))
+
+
+GAT_OPTIONS = [dict(num_heads=1), dict(num_heads=4), dict(num_heads=2, negative_slope=0.1),
+               dict(num_heads=2, residual=True), dict(num_heads=2, bias=False),
+               dict(num_heads=2, activation=torch.nn.functional.elu), dict(num_heads=2, feat_drop=0.3, attn_drop=0.3)]
+
+
+@pytest.mark.parametrize("options", GAT_OPTIONS, ids=str)
+def test_gat_options(options):
+    ref, ours = pair("GATConv", in_feats=F_IN, out_feats=4, **options)
+    check(ref, ours, graph(), x())
+    check(ref, ours, graph(), x(), edge_weight=torch.rand(graph().num_edges()))
+
+
+def test_gat_bipartite_features():
+    ref, ours = pair("GATConv", in_feats=(F_IN, 6), out_feats=3, num_heads=2, allow_zero_in_degree=True)
+    gen = torch.Generator().manual_seed(2)
+    g = dgl.heterograph({("a", "r", "b"): (torch.randint(0, 15, (40,), generator=gen),
+                                           torch.randint(0, 9, (40,), generator=gen))}, {"a": 15, "b": 9})
+    check(ref, ours, g, (x(15, F_IN), x(9, 6)))
+
+
+def sampled_blocks(fanouts=(4, 3)):
+    g = graph()
+    sampler = dgl.dataloading.NeighborSampler(list(fanouts))
+    seeds = torch.arange(0, N, 3)
+    _, _, blocks = sampler.sample_blocks(g, seeds)
+    return blocks
+
+
+@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2)),
+                                         ("GraphConv", dict(in_feats=F_IN, out_feats=3))])
+def test_sampled_blocks(name, kwargs):
+    ref, ours = pair(name, allow_zero_in_degree=True, **kwargs)
+    for block in sampled_blocks():
+        assert block.is_block and block.num_src_nodes() != block.num_dst_nodes()
+        check(ref, ours, block, x(block.num_src_nodes(), F_IN))
+
+
+@pytest.mark.parametrize("norm", ["both", "left", "right", "none"])
+def test_graphconv_norms(norm):
+    ref, ours = pair("GraphConv", in_feats=F_IN, out_feats=6, norm=norm)
+    check(ref, ours, graph(), x())
+    check(ref, ours, graph(), x(), edge_weight=torch.rand(graph().num_edges()))
+    wide, wide_ours = pair("GraphConv", in_feats=F_IN, out_feats=20, norm=norm)  # multiply after aggregating
+    check(wide, wide_ours, graph(), x())
+
+
+def test_graphconv_external_weight_and_no_bias():
+    ref, ours = pair("GraphConv", in_feats=F_IN, out_feats=4, weight=False, bias=False)
+    w = torch.randn(F_IN, 4)
+    torch.testing.assert_close(ours(graph(), x(), weight=w), ref(graph(), x(), weight=w))
+    _, with_weight = pair("GraphConv", in_feats=F_IN, out_feats=4)
+    with pytest.raises(dgl.DGLError, match="External weight"):
+        with_weight(graph(), x(), weight=w)
+
+
+@pytest.mark.parametrize("options", [dict(k=1, alpha=0.1), dict(k=4, alpha=0.3)], ids=str)
+def test_appnp(options):
+    ref, ours = pair("APPNPConv", **options)
+    check(ref, ours, graph(), x())
+    check(ref, ours, graph(), x(), edge_weight=torch.rand(graph().num_edges()))
+
+
+def test_appnp_edge_drop_runs_in_training():
+    _, ours = pair("APPNPConv", k=3, alpha=0.1, edge_drop=0.5)
+    ours.train()
+    out = ours(graph(), x())
+    assert out.shape == (N, F_IN) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2)),
+                                         ("GraphConv", dict(in_feats=F_IN, out_feats=3))])
+def test_zero_in_degree(name, kwargs):
+    g = graph(self_loops=False)
+    assert (g.in_degrees() == 0).any()
+    _, ours = pair(name, **kwargs)
+    with pytest.raises(dgl.DGLError, match="0-in-degree"):
+        ours(g, x())
+    ref, ours = pair(name, allow_zero_in_degree=True, **kwargs)
+    check(ref, ours, g, x())
+
+
+def test_state_dicts_load_both_ways_and_repr():
+    for name, kwargs in [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=4, residual=True)),
+                         ("GraphConv", dict(in_feats=F_IN, out_feats=3)), ("APPNPConv", dict(k=2, alpha=0.1))]:
+        ref, ours = pair(name, **kwargs)
+        getattr(dgl.nn, name)(**kwargs).load_state_dict(ours.state_dict(), strict=True)
+        assert repr(ours).split("(", 1)[1] == repr(ref).split("(", 1)[1]
+        ours.reset_parameters() if hasattr(ours, "reset_parameters") else None
+
+
+def test_get_attention_warns_and_matches():
+    ref, ours = pair("GATConv", in_feats=F_IN, out_feats=3, num_heads=2)
+    with pytest.warns(RuntimeWarning, match="get_attention=True is not fused"):
+        out, att = ours(graph(), x(), get_attention=True)
+    out_ref, att_ref = ref(graph(), x(), get_attention=True)
+    torch.testing.assert_close(out, out_ref)
+    torch.testing.assert_close(att, att_ref)
+
+
+def test_dgl_graph_converted_once():
+    _, ours = pair("GATConv", in_feats=F_IN, out_feats=3, num_heads=2)
+    g = graph()
+    ours(g, x())
+    before = graph_cache.builds
+    ours(g, x(seed=3))
+    assert graph_cache.builds == before
