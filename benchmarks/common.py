@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from seastar_layers.profiling import peak_allocated_bytes, saved_for_backward_bytes  # noqa: F401
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -22,34 +24,6 @@ def time_fwd_bwd(step, warmup: int = 3, repeat: int = 15) -> float:
         step()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
-
-
-def saved_for_backward_bytes(forward) -> int:
-    """Bytes of the tensors autograd keeps between forward() and backward() (views counted once)."""
-    seen: dict = {}
-
-    def pack(t):
-        seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = forward()
-    del out
-    return sum(seen.values())
-
-
-def peak_memory_bytes(step) -> int:
-    """Peak bytes allocated by torch's CPU allocator during step(), via the profiler's memory events."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    current = peak = 0
-    for evt in sorted(prof.events(), key=lambda e: e.time_range.start):
-        if getattr(evt, "cpu_memory_usage", 0):
-            current += evt.cpu_memory_usage
-            peak = max(peak, current)
-    return peak
 
 
 def machine() -> dict:

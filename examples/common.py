@@ -1,0 +1,102 @@
+"""The training loop and report shared by train_pyg.py and train_dgl.py."""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from seastar_layers.datasets import PLANETOID, DataUnavailable, load_planetoid
+from seastar_layers.profiling import peak_allocated_bytes
+
+# Hyperparameters of the PyG/DGL reference examples for each model (Planetoid splits).
+HPARAMS = {
+    "gat": dict(lr=0.005, weight_decay=5e-4, epochs=200),
+    "gcn": dict(lr=0.01, weight_decay=5e-4, epochs=200),
+    "appnp": dict(lr=0.01, weight_decay=5e-4, epochs=200),
+}
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--model", choices=sorted(HPARAMS), default="gat")
+    p.add_argument("--dataset", choices=PLANETOID, default="Cora")
+    p.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "seastar-planetoid"),
+                   help="PyG Planetoid layout: ROOT/<Dataset>/raw/ind.<name>.* (filled from a local copy if found)")
+    p.add_argument("--backend", choices=["seastar", "native", "both"], default="both",
+                   help="seastar layers, the stock layers of the library, or both side by side")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    return p.parse_args()
+
+
+def load(args):
+    try:
+        data = load_planetoid(args.root, args.dataset)
+    except DataUnavailable as e:
+        sys.exit(f"error: {e}")
+    if data.note:
+        print(f"note: {data.name}: {data.note}")
+    return data
+
+
+@dataclass
+class Result:
+    backend: str
+    test_acc: float
+    best_val_acc: float
+    epoch_ms: float
+    peak_mb: float
+
+
+def train(model, forward, data, hp: dict, epochs: int, label: str) -> Result:
+    """Full-batch training with the test accuracy taken at the best validation accuracy."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+
+    def step():
+        model.train()
+        optimizer.zero_grad()
+        loss = F.cross_entropy(forward()[data.train_mask], data.y[data.train_mask])
+        loss.backward()
+        optimizer.step()
+        return float(loss)
+
+    @torch.no_grad()
+    def evaluate():
+        model.eval()
+        pred = forward().argmax(-1)
+        return [float((pred[m] == data.y[m]).float().mean()) for m in (data.val_mask, data.test_mask)]
+
+    best_val = test_at_best = 0.0
+    times = []
+    bar = tqdm(range(epochs), desc=label, leave=False, dynamic_ncols=True, mininterval=0.3, disable=None)
+    for _ in bar:
+        t = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t)
+        val, test = evaluate()
+        if val > best_val:
+            best_val, test_at_best = val, test
+        bar.set_postfix(loss=f"{loss:.3f}", val=f"{val:.3f}", test=f"{test_at_best:.3f}")
+    bar.close()
+    steady = times[min(5, len(times) - 1):]  # the first epochs include one-time compilation
+    return Result(label, test_at_best, best_val, 1e3 * sum(steady) / len(steady), peak_allocated_bytes(step) / 2**20)
+
+
+def report(results: list[Result], title: str) -> None:
+    print(title)
+    print(f"{'backend':<10} {'test acc':>9} {'val acc':>8} {'epoch ms':>9} {'peak MB':>9}")
+    for r in results:
+        print(f"{r.backend:<10} {r.test_acc:>9.4f} {r.best_val_acc:>8.4f} {r.epoch_ms:>9.2f} {r.peak_mb:>9.1f}")
+    if len(results) == 2:
+        native, ours = (r for r in sorted(results, key=lambda r: r.backend != "native"))
+        print(f"native / seastar: epoch time {native.epoch_ms / ours.epoch_ms:.2f}x, "
+              f"peak memory {native.peak_mb / max(ours.peak_mb, 1e-9):.2f}x; "
+              f"test accuracy difference {ours.test_acc - native.test_acc:+.4f}")
