@@ -19,7 +19,8 @@ from .passes.canonicalize import canonicalize
 from .passes.hoist import hoist_params
 from .passes.schedule import schedule
 from .passes.softmax import stabilise_softmax
-from .runtime import config, jit
+from .errors import BuildError
+from .runtime import config, jit, prebuilt
 from .runtime.op import CompiledOp, make_op
 from .runtime.params import evaluate_prelude
 
@@ -43,8 +44,23 @@ def _debug(title: str, text) -> None:
         print(f"[seastar] ---- {title}\n{text}", file=sys.stderr)
 
 
-def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> tuple[Specialisation, list]:
-    """Run the whole pipeline for one specialisation; returns it and the facts it depends on."""
+@dataclass
+class Generated:
+    """What the pipeline makes of a program before anything is compiled."""
+
+    key: str  # hash of the source; prefixes the entry points
+    source: str
+    forward: object
+    backward: object
+    lowered: object
+    prelude: Program
+
+
+PREFIX_PLACEHOLDER = "__SEASTAR_PREFIX__"
+
+
+def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> Generated:
+    """The whole pipeline up to the C source, for one specialisation."""
     lowered = lower(fn, specs)
     prog = lowered.program
     verify(prog, "frontend")
@@ -64,20 +80,36 @@ def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> tuple[Specia
     _debug("save planning", "saved for backward: " + (", ".join(
         f"%{i} {prog.nodes[i].space.value}{list(prog.nodes[i].shape)}" for _, i in saved) or "nothing"))
     fwd_sched = schedule(fwd_prog, {name: fwd_prog.nodes[i].space for name, i in fwd_prog.outputs})
-    bwd_spaces = {}
-    for name, i in bwd.program.outputs:
-        space = name.rsplit("@", 1)[1]
-        bwd_spaces[name] = Space(space.split("/")[-1])
+    bwd_spaces = {name: Space(name.rsplit("@", 1)[1].split("/")[-1]) for name, _ in bwd.program.outputs}
     bwd_sched = schedule(bwd.program, bwd_spaces)
     _debug("schedule (forward)", fwd_sched)
     _debug("schedule (backward)", bwd_sched)
-    source = render_program({"forward": fwd_sched, "backward": bwd_sched}, CpuDialect(), SUPPORTED_DTYPES[dtype])
+    template = render_program({"forward": fwd_sched, "backward": bwd_sched}, CpuDialect(), SUPPORTED_DTYPES[dtype],
+                              PREFIX_PLACEHOLDER)
+    key = "p" + hashlib.sha256(template.encode()).hexdigest()[:20] + "_"
+    source = template.replace(PREFIX_PLACEHOLDER, key)
     _debug("generated source", source)
-    lib = jit.load_library(source, stem=fn.__code__.co_name)
-    key = hashlib.sha256(source.encode()).hexdigest()[:16]
-    op = make_op(key, lib, fwd_sched, bwd_sched, len(prog.outputs), dtype)
-    spec = Specialisation(op, prelude, lowered.params, lowered.features, lowered.returns_tuple, source, dtype)
-    return spec, lowered.facts
+    return Generated(key, source, fwd_sched, bwd_sched, lowered, prelude)
+
+
+def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> tuple[Specialisation, list]:
+    """Generate, then bind to the prebuilt extension or a JIT-built library; returns the facts read."""
+    g = generate(fn, specs, dtype)
+    lib = prebuilt.lookup(g.key)
+    if lib is None:
+        if not config.jit_enabled():
+            raise BuildError(f"{fn.__qualname__} (specialised on {_describe(specs, dtype)}) is not in the prebuilt "
+                             "extension and SEASTAR_NO_JIT=1 forbids compiling it; unset SEASTAR_NO_JIT, or reinstall "
+                             "seastar_layers so its extension matches this version")
+        lib = jit.load_library(g.source, stem=fn.__code__.co_name)
+    op = make_op(g.key, lib, g.forward, g.backward, len(g.lowered.program.outputs), dtype)
+    spec = Specialisation(op, g.prelude, g.lowered.params, g.lowered.features, g.lowered.returns_tuple, g.source,
+                          dtype)
+    return spec, g.lowered.facts
+
+
+def _describe(specs, dtype) -> str:
+    return ", ".join(f"{n}{list(s.shape)}" for n, s in sorted(specs.items())) + f" {dtype}"
 
 
 class _SpecialisationCache:
@@ -130,17 +162,26 @@ def _resolve_graph(graph, size, spec: "Specialisation", features: dict) -> Graph
 class CompiledProgram:
     """A vertex program; call it as ``prog(graph, size=None, **features)``."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, generic_shapes: bool = False):
         if not callable(fn) or not hasattr(fn, "__code__"):
             raise CompileError(f"sl.compile expects a Python function, got {type(fn).__name__}")
         self.fn = fn
+        self.generic_shapes = generic_shapes
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
         return f"<seastar_layers compiled program {self.fn.__qualname__}>"
 
-    def specialise(self, features: dict[str, torch.Tensor]) -> Specialisation:
+    def specs(self, features: dict[str, torch.Tensor]) -> tuple[dict[str, FeatureSpec], torch.dtype]:
         specs, dtype = _feature_specs(features)
+        return (shape_pattern(specs) if self.generic_shapes else specs), dtype
+
+    def generate(self, features: dict[str, torch.Tensor]) -> Generated:
+        """The generated source for these features, compiling nothing (setup.py prebuilds with it)."""
+        return generate(self.fn, *self.specs(features))
+
+    def specialise(self, features: dict[str, torch.Tensor]) -> Specialisation:
+        specs, dtype = self.specs(features)
         try:
             return _CACHE.get(self.fn, specs, dtype)
         except CompileError as e:
@@ -162,13 +203,29 @@ class CompiledProgram:
         return tuple(outs) if spec.returns_tuple else outs[0]
 
 
-def compile(fn) -> CompiledProgram:  # noqa: A001 - the pinned public name
+def compile(fn=None, *, generic_shapes: bool = False):  # noqa: A001 - the pinned public name
     """Compile a vertex function ``def f(v): ...`` into a fused kernel with its backward.
 
     Parsing and compilation happen on the first call, specialised on the shapes and dtype of the
     features passed; later calls with the same shapes reuse the kernel (in memory and on disk).
+    With ``generic_shapes=True`` the kernel is specialised only on which feature sizes are 1 and
+    which are equal (see `shape_pattern`), and takes the sizes at run time: one kernel serves every
+    width, which is what lets the prebuilt layers be compiled at install time.
     """
-    return CompiledProgram(fn)
+    if fn is None:
+        return lambda f: CompiledProgram(f, generic_shapes)
+    return CompiledProgram(fn, generic_shapes)
+
+
+def shape_pattern(specs: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
+    """Feature shapes with every size other than 1 replaced by a symbol s0, s1, ...: one symbol per
+    distinct size, numbered in order of first appearance (features by name, then axes)."""
+    symbols: dict[int, str] = {}
+    out = {}
+    for name in sorted(specs):
+        shape = tuple(d if d == 1 else symbols.setdefault(d, f"s{len(symbols)}") for d in specs[name].shape)
+        out[name] = FeatureSpec(shape, specs[name].dtype)
+    return out
 
 
 def _feature_specs(features: dict) -> tuple[dict[str, FeatureSpec], torch.dtype]:

@@ -10,6 +10,7 @@ import math
 
 from ..ir import Op, Space
 from ..ir.ops import AGG_START, AGGREGATIONS, ELEMENTWISE
+from ..ir.program import size_expr, symbols_of
 from ..passes.schedule import Kernel, Schedule
 
 # op -> C expression over operand expressions {0}, {1}, {2} and attributes by name
@@ -59,12 +60,9 @@ def literal(value: float) -> str:
     return f"(scalar_t){value!r}"
 
 
-def strides(shape) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return list(reversed(out))
+def strides(shape) -> list:
+    """Row-major strides: ints, or C expressions where the shape has symbols."""
+    return [size_expr(shape[k + 1:]) for k in range(len(shape))]
 
 
 def flat_index(shape, loop_vars: list[str], out_rank: int) -> str:
@@ -91,8 +89,10 @@ class CpuDialect:
 class KernelRenderer:
     """Renders one kernel of a schedule as a C function."""
 
-    def __init__(self, sched: Schedule, kern: Kernel, index: int, dialect, buffer_index: dict[str, int]):
-        self.s, self.k, self.index, self.d = sched, kern, index, dialect
+    def __init__(self, sched: Schedule, kern: Kernel, name: str, dialect, buffer_index: dict[str, int],
+                 symbols: list[str]):
+        self.s, self.k, self.name, self.d = sched, kern, name, dialect
+        self.symbols = symbols
         self.nodes = sched.program.nodes
         self.buffer_index = buffer_index
         self.lines: list[str] = []
@@ -186,9 +186,11 @@ class KernelRenderer:
     # kernel ------------------------------------------------------------------------------------
     def render(self) -> str:
         direction = self.k.direction.value
-        self.emit(f"static void kernel{self.index}(const int64_t* sizes, const int64_t* const* graph, "
+        self.emit(f"static void {self.name}(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, "
                   f"void* const* buffers, int num_threads) {{")
         self.depth += 1
+        for line in dim_declarations(self.symbols):
+            self.emit(line)
         csr = 0 if self.k.direction is Space.DST else 3
         self.emit(f"// {direction} rows, {len(self.k.loops)} loop(s) over their "
                   f"{'in' if direction == 'dst' else 'out'}-edges")
@@ -265,33 +267,42 @@ class KernelRenderer:
             self.ready.add(a)
 
 
-def render_program(schedules: dict[str, Schedule], dialect, dtype: str) -> str:
+def dim_declarations(symbols: list[str]) -> list[str]:
+    """The run-time sizes of a shape-generic kernel, by name."""
+    return [f"const int64_t {sym} = dims[{int(sym[1:])}]; (void){sym};" for sym in symbols]
+
+
+def render_program(schedules: dict[str, Schedule], dialect, dtype: str, prefix: str = "") -> str:
     """C source for several scheduled programs (forward and backward): kernels and entry points.
 
-    Each entry is `int seastar_<name>(sizes, graph, buffers, numels, num_threads)`: it checks every
-    buffer's element count against the sizes, returns 1 + the index of the first wrong one (0 if
-    all are right), then runs its kernels in order.
+    Each entry is `int seastar_<prefix><name>(sizes, dims, graph, buffers, numels, num_threads)`: it
+    checks every buffer's element count against the sizes (and the run-time dims of shape-generic
+    kernels), returns 1 + the index of the first wrong one (0 if all are right), then runs its
+    kernels in order. `prefix` keeps many programs apart in one translation unit.
     """
-    parts = [dialect.preamble, f"typedef {C_TYPES[dtype]} scalar_t;", ""]
+    symbols = symbols_of(b.shape for sched in schedules.values() for b in sched.buffers)
+    # a namespace per program, so that many (of either dtype) can share one translation unit
+    parts = [dialect.preamble, f"namespace seastar_{prefix or 'program'} {{", f"typedef {C_TYPES[dtype]} scalar_t;", ""]
     for name, sched in schedules.items():
         buffer_index = {b.name: k for k, b in enumerate(sched.buffers)}
         calls = []
         for k, kern in enumerate(sched.kernels):
-            renderer = KernelRenderer(sched, kern, k, dialect, buffer_index)
-            parts.append(renderer.render().replace(f"kernel{k}(", f"{name}_kernel{k}(", 1))
+            kernel_name = f"{prefix}{name}_kernel{k}"
+            parts.append(KernelRenderer(sched, kern, kernel_name, dialect, buffer_index, symbols).render())
             parts.append("")
-            calls.append(f"  {name}_kernel{k}(sizes, graph, buffers, num_threads);")
+            calls.append(f"  {kernel_name}(sizes, dims, graph, buffers, num_threads);")
         checks = []
         for k, b in enumerate(sched.buffers):
             rows = {Space.SRC: "sizes[0]", Space.DST: "sizes[1]", Space.EDGE: "sizes[2]", Space.PARAM: "1"}[b.space]
-            size = math.prod(b.shape)
             # generated:   if (numels[k] != rows * size) return k + 1;  // name
-            checks.append(f"  if (numels[{k}] != {rows} * {size}) return {k + 1};  // {b.name}")
-        parts.append(f"{dialect.exported}int seastar_{name}(const int64_t* sizes, const int64_t* const* graph, "
-                     f"void* const* buffers, const int64_t* numels, int num_threads) {{")
+            checks.append(f"  if (numels[{k}] != {rows} * {size_expr(b.shape)}) return {k + 1};  // {b.name}")
+        parts.append(f"{dialect.exported}int seastar_{prefix}{name}(const int64_t* sizes, const int64_t* dims, "
+                     f"const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads) {{")
+        parts.extend("  " + line for line in dim_declarations(symbols))
         parts.extend(checks)
         parts.extend(calls)
         parts.append("  return 0;")
         parts.append("}")
         parts.append("")
+    parts.append("}  // namespace")
     return "\n".join(parts)

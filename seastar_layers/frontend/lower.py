@@ -645,7 +645,11 @@ class Lowering(ast.NodeVisitor):
             axes = tuple(range(len(shape))) if dim is None else (dim if isinstance(dim, tuple) else (dim,))
             out = self.b.reduce_sum(x.id, axes, bool(keepdim))
             if m == "mean":
-                count = math.prod(shape[a] for a in normalize_axes(axes, len(shape)))
+                reduced = [shape[a] for a in normalize_axes(axes, len(shape))]
+                if any(isinstance(d, str) for d in reduced):
+                    raise IRError(".mean() over a feature axis whose size is fixed only at run time (a shape-generic "
+                                  "kernel) is not supported; use .sum() and divide by the size")
+                count = math.prod(reduced)
                 out = self.b.mul(out, self.b.const(1.0 / count))
             return Value(out)
         if m == "unsqueeze":
@@ -665,6 +669,9 @@ class Lowering(ast.NodeVisitor):
         if m in ("view", "reshape"):
             dims = args[0] if len(args) == 1 and isinstance(args[0], tuple) else tuple(args)
             dims = [self.number(d, "shape") for d in dims]
+            if any(isinstance(d, str) for d in shape):
+                raise IRError(f".{m}() of a value whose shape is fixed only at run time (a shape-generic kernel) is "
+                              "not supported; use unsqueeze/squeeze")
             if dims.count(-1) == 1:
                 known = math.prod(d for d in dims if d != -1)
                 dims[dims.index(-1)] = math.prod(shape) // known if known else 0

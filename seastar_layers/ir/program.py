@@ -8,7 +8,28 @@ from typing import Any
 from ..errors import IRError, SourceLocation
 from .ops import AGGREGATIONS, BINARY, ELEMENTWISE, PYTHON_EVAL, UNARY, Op, Space, join_spaces
 
-Shape = tuple[int, ...]
+Shape = tuple  # of ints, and of symbols "s0", "s1", ... for dims fixed only at run time (shape-generic kernels)
+
+
+def is_symbol(d) -> bool:
+    return isinstance(d, str)
+
+
+def monomial(shape) -> tuple[int, tuple[str, ...]]:
+    """The number of elements of a shape as (constant factor, sorted symbols): comparable for equality."""
+    return math.prod(d for d in shape if not is_symbol(d)), tuple(sorted(d for d in shape if is_symbol(d)))
+
+
+def size_expr(shape):
+    """The number of elements as an int, or as a C expression over the symbols."""
+    const, symbols = monomial(shape)
+    if not symbols:
+        return const
+    return " * ".join(([str(const)] if const != 1 else []) + list(symbols))
+
+
+def symbols_of(shapes) -> list[str]:
+    return sorted({d for shape in shapes for d in shape if is_symbol(d)}, key=lambda d: int(d[1:]))
 
 
 @dataclass(frozen=True)
@@ -24,8 +45,9 @@ class Node:
         return dict(self.attrs).get(name, default)
 
     @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    def size(self):
+        """Elements per row: an int, or a C expression when the shape has symbols."""
+        return size_expr(self.shape)
 
     def __str__(self) -> str:
         attrs = "".join(f" {k}={v!r}" for k, v in self.attrs)
@@ -63,7 +85,7 @@ def broadcast_shapes(a: Shape, b: Shape) -> Shape:
         db = b[-i] if i <= len(b) else 1
         if da != db and 1 not in (da, db):
             raise IRError(f"feature shapes {list(a)} and {list(b)} cannot broadcast")
-        out.append(max(da, db) if 1 in (da, db) else da)
+        out.append(db if da == 1 else da)
     return tuple(reversed(out))
 
 
@@ -89,7 +111,7 @@ def infer(op: Op, args: list[Node], attrs: dict) -> tuple[Space, Shape]:
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape) if attrs["keepdim"] or i not in axes)
         return x.space, shape
     if op is Op.RESHAPE:
-        if math.prod(attrs["shape"]) != x.size:
+        if monomial(attrs["shape"]) != monomial(x.shape):
             raise IRError(f"cannot reshape a value of shape {list(x.shape)} to {list(attrs['shape'])}")
         return x.space, tuple(attrs["shape"])
     if op is Op.BROADCAST:

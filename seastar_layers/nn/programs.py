@@ -1,9 +1,10 @@
 """The vertex programs behind the prebuilt layers: everything that touches edges, in one sweep.
 
 Hyperparameters that vary per layer (negative slope, teleport probability) are closed-over 0-d
-tensors, so one compiled kernel serves every value; options that change the program's shape
-(destination scores, edge scores, attention dropout, edge weights) are closed-over booleans read
-by compile-time conditionals, one specialisation each.
+tensors and feature sizes are run-time (generic_shapes), so one compiled kernel serves every
+layer configuration; options that change the program's shape (destination scores, edge scores,
+attention dropout, edge weights) are closed-over booleans read by compile-time conditionals, one
+specialisation each. `prebuilt_variants` lists them all for setup.py.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: to
         total = sum(weights)
         return sum(w / total * (e.mask if with_dropout else 1) * e.src.x for w, e in zip(weights, v.inedges))
 
-    return compile(gat_attention)
+    return compile(gat_attention, generic_shapes=True)
 
 
 def weighted_sum(with_weight: bool) -> CompiledProgram:
@@ -30,7 +31,7 @@ def weighted_sum(with_weight: bool) -> CompiledProgram:
     def weighted_sum(v):
         return sum((e.w if with_weight else 1) * e.src.x for e in v.inedges)
 
-    return compile(weighted_sum)
+    return compile(weighted_sum, generic_shapes=True)
 
 
 def appnp_step(with_weight: bool, alpha: torch.Tensor) -> CompiledProgram:
@@ -39,4 +40,37 @@ def appnp_step(with_weight: bool, alpha: torch.Tensor) -> CompiledProgram:
     def appnp_step(v):
         return (1 - alpha) * sum((e.w if with_weight else 1) * e.src.x for e in v.inedges) + alpha * v.h
 
-    return compile(appnp_step)
+    return compile(appnp_step, generic_shapes=True)
+
+
+def prebuilt_variants():
+    """(program, example features) for every specialisation the layers can ask for.
+
+    The example sizes stand for their shape pattern only: a size of 1, or a size equal to
+    another, gives a different pattern, so each pattern of heads / channels appears once."""
+    n, e = 3, 4
+    for dtype in (torch.float32, torch.float64):
+        scalar = torch.zeros((), dtype=dtype)
+
+        def t(*shape):
+            return torch.zeros(*shape, dtype=dtype)
+
+        for heads, channels in [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3)]:
+            for with_dst in (True, False):
+                for with_edge in (True, False):
+                    for with_dropout in (True, False):
+                        feats = {"a_src": t(n, heads, 1), "x": t(n, heads, channels)}
+                        if with_dst:
+                            feats["a_dst"] = t(n, heads, 1)
+                        if with_edge:
+                            feats["a_edge"] = t(e, heads, 1)
+                        if with_dropout:
+                            feats["mask"] = t(e, heads, 1)
+                        yield gat_attention(with_dst, with_edge, with_dropout, scalar), feats
+        for width in (1, 2):
+            for weight_shape in [None, (e,), (e, 1)]:
+                feats = {"x": t(n, width)}
+                if weight_shape is not None:
+                    feats["w"] = t(*weight_shape)
+                yield weighted_sum(weight_shape is not None), feats
+                yield appnp_step(weight_shape is not None, scalar), dict(feats, h=t(n, width))

@@ -8,6 +8,7 @@ import torch
 
 from ..graph import Graph
 from ..ir import Space
+from ..ir.program import is_symbol
 from ..passes.schedule import Schedule
 
 _GRAPH_ARRAY = ctypes.c_void_p * 6
@@ -21,21 +22,43 @@ def rows(space: Space, num_src: int, num_dst: int, num_edges: int) -> int | None
 def bind_entry(lib: ctypes.CDLL, name: str):
     fn = getattr(lib, f"seastar_{name}")
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int]
     return fn
 
 
-def buffer_shape(buf, sizes) -> tuple[int, ...]:
+def resolve(shape, dims) -> tuple[int, ...]:
+    return tuple(dims[int(d[1:])] if is_symbol(d) else d for d in shape)
+
+
+def buffer_shape(buf, sizes, dims=()) -> tuple[int, ...]:
     n = rows(buf.space, *sizes)
-    return buf.shape if n is None else (n, *buf.shape)
+    shape = resolve(buf.shape, dims)
+    return shape if n is None else (n, *shape)
+
+
+def bind_dims(buffers, tensors) -> list[int]:
+    """Values of the symbols s0, s1, ... of shape-generic inputs, read off the tensors passed."""
+    dims: dict[int, int] = {}
+    for buf, t in zip(buffers, tensors, strict=True):
+        actual = tuple(t.shape) if buf.space is Space.PARAM else tuple(t.shape[1:])
+        if len(actual) != len(buf.shape):
+            raise ValueError(f"input {buf.name} must have feature shape {list(buf.shape)}, got {list(actual)}")
+        for want, got in zip(buf.shape, actual, strict=True):
+            if is_symbol(want):
+                k = int(want[1:])
+                if dims.setdefault(k, got) != got:
+                    raise ValueError(f"input {buf.name}: size {got} where {dims[k]} was bound by an earlier input")
+            elif want != got:
+                raise ValueError(f"input {buf.name} must have feature shape {list(buf.shape)}, got {list(actual)}")
+    return [dims[k] for k in range(len(dims))]
 
 
 def run(entry, sched: Schedule, graph_tensors: list[torch.Tensor], sizes: tuple[int, int, int],
-        inputs: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        inputs: dict[str, torch.Tensor], dtype: torch.dtype, dims: list[int]) -> dict[str, torch.Tensor]:
     """Run one scheduled program. inputs maps input buffer names to tensors; returns the outputs."""
     tensors = []
     for buf in sched.buffers:
-        shape = buffer_shape(buf, sizes)
+        shape = buffer_shape(buf, sizes, dims)
         if buf.role == "input":
             t = inputs[buf.name]
             if t.dtype != dtype or not t.is_contiguous() or t.numel() != math.prod(shape):
@@ -49,7 +72,8 @@ def run(entry, sched: Schedule, graph_tensors: list[torch.Tensor], sizes: tuple[
     pointers = (ctypes.c_void_p * max(len(tensors), 1))(*[t.data_ptr() for t in tensors])
     numels = (ctypes.c_int64 * max(len(tensors), 1))(*[t.numel() for t in tensors])
     graph = _GRAPH_ARRAY(*[t.data_ptr() for t in graph_tensors])
-    rc = entry(_SIZES(*sizes), graph, pointers, numels, torch.get_num_threads())
+    dim_array = (ctypes.c_int64 * max(len(dims), 1))(*dims)
+    rc = entry(_SIZES(*sizes), dim_array, graph, pointers, numels, torch.get_num_threads())
     if rc != 0:
         buf = sched.buffers[rc - 1]
         raise ValueError(f"internal: the kernel entry refused buffer {buf.name} with {tensors[rc - 1].numel()} "

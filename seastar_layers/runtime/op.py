@@ -13,7 +13,7 @@ from torch import Tensor
 from ..ir import Space
 from ..passes.autodiff import grad_output_name
 from ..passes.schedule import Schedule
-from .executor import bind_entry, buffer_shape, run
+from .executor import bind_dims, bind_entry, buffer_shape, run
 
 
 @dataclass
@@ -33,14 +33,15 @@ _OPS: dict[str, CompiledOp] = {}  # torch.library allows one registration per na
 
 
 def make_op(key: str, lib, fwd: Schedule, bwd: Schedule, n_outputs: int, dtype: torch.dtype) -> CompiledOp:
-    """The custom op for a generated library (key: a hash of its source); registered once."""
+    """The custom op for a generated program (key: a hash of its source, which prefixes its entry
+    points in the library); registered once per process."""
     if key not in _OPS:
         _OPS[key] = _register(key, lib, fwd, bwd, n_outputs, dtype)
     return _OPS[key]
 
 
 def _register(key: str, lib, fwd: Schedule, bwd: Schedule, n_outputs: int, dtype: torch.dtype) -> CompiledOp:
-    fwd_entry, bwd_entry = bind_entry(lib, "forward"), bind_entry(lib, "backward")
+    fwd_entry, bwd_entry = bind_entry(lib, f"{key}forward"), bind_entry(lib, f"{key}backward")
     input_bufs = [b for b in fwd.buffers if b.role == "input"]
     input_names = [b.name for b in input_bufs]
     out_bufs = [b for b in fwd.buffers if b.role == "output"]
@@ -51,13 +52,14 @@ def _register(key: str, lib, fwd: Schedule, bwd: Schedule, n_outputs: int, dtype
 
     @torch.library.custom_op(f"seastar_layers::program_{key}", mutates_args=())
     def forward(graph: list[Tensor], inputs: list[Tensor]) -> list[Tensor]:
-        outs = run(fwd_entry, fwd, graph, _sizes(graph), dict(zip(input_names, inputs, strict=True)), dtype)
+        dims = bind_dims(input_bufs, inputs)
+        outs = run(fwd_entry, fwd, graph, _sizes(graph), dict(zip(input_names, inputs, strict=True)), dtype, dims)
         return [outs[n] for n in output_names + saved_names]
 
     @forward.register_fake
     def _(graph, inputs):
-        sizes = _sizes(graph)
-        return [torch.empty(buffer_shape(b, sizes), dtype=dtype, device=graph[0].device) for b in out_bufs]
+        sizes, dims = _sizes(graph), bind_dims(input_bufs, inputs)
+        return [torch.empty(buffer_shape(b, sizes, dims), dtype=dtype, device=graph[0].device) for b in out_bufs]
 
     @torch.library.custom_op(f"seastar_layers::program_{key}_backward", mutates_args=())
     def backward(graph: list[Tensor], inputs: list[Tensor], saved: list[Tensor], grads: list[Tensor]) -> list[Tensor]:
@@ -65,7 +67,7 @@ def _register(key: str, lib, fwd: Schedule, bwd: Schedule, n_outputs: int, dtype
         named.update((f"{b.name}@{b.space.value}", t) for b, t in zip(out_bufs[n_outputs:], saved, strict=True))
         named.update((f"#grad:{k}@dst", g.contiguous()) for k, g in enumerate(grads))
         outs = run(bwd_entry, bwd, graph, _sizes(graph), {n: t for n, t in named.items() if n in bwd_input_names},
-                   dtype)
+                   dtype, bind_dims(input_bufs, inputs))
         return [_gradient(buf, outs, bwd_outputs, named[buf.name]) for buf in input_bufs]
 
     @backward.register_fake
@@ -83,8 +85,8 @@ def _register(key: str, lib, fwd: Schedule, bwd: Schedule, n_outputs: int, dtype
         graph = list(saved_tensors[:n_graph])
         feats = list(saved_tensors[n_graph:n_graph + n_feats])
         saved = list(saved_tensors[n_graph + n_feats:])
-        n_dst = graph[0].shape[0] - 1
-        user_grads = [g if g is not None else torch.zeros((n_dst, *out_bufs[k].shape), dtype=dtype)
+        sizes, dims = _sizes(graph), bind_dims(input_bufs, feats)
+        user_grads = [g if g is not None else torch.zeros(buffer_shape(out_bufs[k], sizes, dims), dtype=dtype)
                       for k, g in enumerate(grads[:n_outputs])]
         return [None] * n_graph, backward(graph, feats, saved, user_grads)
 

@@ -1,0 +1,62 @@
+"""The layers run from the kernels compiled at install time: no compiler is needed, or allowed."""
+import os
+import subprocess
+import sys
+import textwrap
+
+SCRIPT = textwrap.dedent("""
+    import torch, torch_geometric.nn as P
+    import seastar_layers as sl
+    from seastar_layers.errors import BuildError
+    from seastar_layers.runtime import jit, prebuilt
+    assert prebuilt.library() is not None, "seastar_layers._C is not installed"
+    x, ei = torch.randn(40, 12), torch.randint(0, 40, (2, 160))
+    checks = [(sl.GATConv(12, 5, heads=3, edge_dim=2), P.GATConv(12, 5, heads=3, edge_dim=2), (x, ei, torch.randn(160, 2))),
+              (sl.GATConv(12, 7, heads=1, concat=False), P.GATConv(12, 7, heads=1, concat=False), (x, ei)),
+              (sl.GCNConv(12, 4), P.GCNConv(12, 4), (x, ei)),
+              (sl.APPNP(K=3, alpha=0.1), P.APPNP(K=3, alpha=0.1), (x, ei, torch.rand(160)))]
+    for ours, ref, args in checks:
+        ours.load_state_dict(ref.state_dict())
+        for dtype in (torch.float32, torch.float64):
+            ours.to(dtype); ref.to(dtype)
+            a = [t.to(dtype).requires_grad_() if t.is_floating_point() else t for t in args]
+            out = ours(*a)
+            out.sum().backward()
+            torch.testing.assert_close(out, ref(*a), atol=1e-5, rtol=1e-5)
+    ours.train()
+    sl.GATConv(12, 4, heads=2, dropout=0.5).train()(x, ei).sum().backward()
+
+    from seastar_layers.compat import import_dgl
+    dgl = import_dgl()
+    import seastar_layers.dgl as sd
+    g = dgl.add_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=40))
+    for ours, ref in [(sd.GATConv(12, 3, 4), dgl.nn.GATConv(12, 3, 4)), (sd.GraphConv(12, 6), dgl.nn.GraphConv(12, 6)),
+                      (sd.APPNPConv(3, 0.1), dgl.nn.APPNPConv(3, 0.1))]:
+        ours.load_state_dict(ref.state_dict())
+        torch.testing.assert_close(ours(g, x), ref(g, x), atol=1e-5, rtol=1e-5)
+        w = torch.rand(g.num_edges())
+        torch.testing.assert_close(ours(g, x, edge_weight=w), ref(g, x, edge_weight=w), atol=1e-5, rtol=1e-5)
+    assert jit.build_count == 0
+
+    @sl.compile
+    def custom(v):
+        return sum(nb.x * 2 for nb in v.innbs)
+    try:
+        custom(ei, x=x)
+    except BuildError as e:
+        assert "SEASTAR_NO_JIT=1" in str(e), e
+        print("custom refused:", str(e).splitlines()[0][:80])
+    else:
+        raise AssertionError("a custom program compiled with SEASTAR_NO_JIT=1")
+    print("prebuilt ok")
+""")
+
+
+def test_layers_run_without_a_compiler(tmp_path):
+    env = dict(os.environ, SEASTAR_NO_JIT="1", SEASTAR_CACHE_DIR=str(tmp_path / "cache"), CXX="/nonexistent/c++")
+    script = tmp_path / "run_layers.py"  # a file: vertex programs are read from their source
+    script.write_text(SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr[-4000:]
+    assert "prebuilt ok" in result.stdout
+    assert not list(tmp_path.glob("cache/*.so"))
