@@ -78,7 +78,7 @@ arch = [] if os.environ.get("SEASTAR_PORTABLE") else ["-march=native"]
 layers = Extension(
     "seastar_layers._C",
     sources=["csrc/module.cpp"],  # the generated sources are added by BuildLayers
-    extra_compile_args=["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", *arch],
+    extra_compile_args=["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-ffp-contract=off", *arch],  # as the JIT
     extra_link_args=["-fopenmp"],
     language="c++",
 )

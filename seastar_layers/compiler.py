@@ -263,10 +263,10 @@ def _gather_inputs(fn, spec: Specialisation, g: Graph, features: dict) -> list[t
             raise ValueError(f"feature {name!r} is read as {reader} and needs one row per {what} ({n} rows), "
                              f"got {t.shape[0]}{hint}")
     params = {name: resolve_path(fn, path) for name, path in spec.params.items()}
-    dtype = next((features[n] for n, _ in spec.features), None)
     for name, p in params.items():
-        if dtype is not None and p.dtype != dtype.dtype:
-            raise TypeError(f"closed-over tensor {name} is {p.dtype} but the features are {dtype.dtype}")
+        if p.dtype != spec.dtype:
+            raise TypeError(f"closed-over tensor {name} is {p.dtype} but the program runs in {spec.dtype}, the dtype "
+                            "of its features (float32 when it reads none); convert one to match")
     params.update(evaluate_prelude(spec.prelude, params))
     inputs = []
     for buf in spec.op.input_names:

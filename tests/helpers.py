@@ -31,14 +31,17 @@ class _Degree(int):
         return other * 0 if int(self) == 0 else other / int(self)
 
 
-def _elementwise(pairwise):
+def _elementwise(pairwise, on_numbers):
+    """max/min as the compiler defines them: elementwise, and 0 over no neighbours (like Python's sum)."""
+
     def reduce(items):
         items = list(items)
         if not items:
             return 0
         out = items[0]
         for x in items[1:]:
-            out = pairwise(out, x)
+            both_numbers = not isinstance(out, torch.Tensor) and not isinstance(x, torch.Tensor)
+            out = on_numbers(out, x) if both_numbers else pairwise(torch.as_tensor(out), torch.as_tensor(x))
         return out
 
     return reduce
@@ -78,7 +81,8 @@ def oracle(fn, edge_index: torch.Tensor, num_dst: int, like, **features):
     def length(x):
         return _Degree(builtins.len(x)) if isinstance(x, list) else builtins.len(x)
 
-    glob = dict(fn.__globals__, max=_elementwise(torch.maximum), min=_elementwise(torch.minimum), len=length)
+    glob = dict(fn.__globals__, max=_elementwise(torch.maximum, builtins.max),
+                min=_elementwise(torch.minimum, builtins.min), len=length)
     plain = types.FunctionType(fn.__code__, glob, fn.__name__, fn.__defaults__, fn.__closure__)
     likes = like if isinstance(like, tuple) else (like,)
     per_vertex = [plain(Vertex(i)) for i in range(num_dst)]

@@ -48,6 +48,12 @@ def max_min(v):
     return max(nb.x for nb in v.innbs), min([nb.x * v.y for nb in v.innbs])
 
 
+def max_of_contractible(v):
+    # x - y*y is where a compiler would fuse a multiply-add in one kernel and not another; the max
+    # gradient compares the value recomputed in backward with the saved max, so they must agree
+    return max(nb.x - v.y ** 2 for nb in v.innbs) + min(nb.x * nb.x + v.y for nb in v.innbs)
+
+
 def degree(v):
     return v.y * len(v.innbs) + sum(1.0 for nb in v.innbs)
 
@@ -128,6 +134,7 @@ CASES = [
     (gat_indexed, ["el", "er", "h"]),
     (mean_agg, ["x"]),
     (max_min, ["x", "y"]),
+    (max_of_contractible, ["x", "y"]),
     (degree, ["y"]),
     (edge_features, ["x", "y", "w"]),
     (unary_ops, ["x", "y"]),

@@ -534,6 +534,8 @@ class Lowering(ast.NodeVisitor):
             return self.call_builtin(obj, name, args, kwargs)
         if obj in TORCH_UNARY:
             (x,) = _bind(name, args, kwargs, ["input"], {})
+            if isinstance(x, (bool, int, float)):  # as torch itself: these take tensors
+                raise IRError(f"{name} expects a tensor, got the number {x!r}; use the math module on numbers")
             return self.elementwise(TORCH_UNARY[obj], [x])
         if obj in TORCH_BINARY:
             a, b = _bind(name, args, kwargs, ["input", "other"], {})

@@ -23,7 +23,9 @@ from .. import __version__
 from ..errors import BuildError
 from . import config
 
-CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-fno-math-errno")
+# -ffp-contract=off: a value recomputed in backward must equal, bit for bit, what forward computed
+# (max/min gradients find the winning edges by equality), so no kernel may fuse a*b+c differently
+CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-fno-math-errno", "-ffp-contract=off")
 _lock = threading.Lock()
 build_count = 0  # tests read it to prove the cache works
 
