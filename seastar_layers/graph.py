@@ -147,7 +147,10 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
         if size is None and hasattr(graph, "sparse_size"):
             sizes = graph.sparse_size()
             size = tuple(sizes) if None not in sizes else None
-        make = (lambda: build(plain)) if build is not None else (lambda: Graph.from_edge_index(plain, size))
+        if build is None and getattr(graph, "is_sorted", False) and size is not None:
+            make = lambda: Graph.from_sorted_edge_index(graph, size)  # noqa: E731 - reuses its CSR/CSC caches
+        else:
+            make = (lambda: build(plain)) if build is not None else (lambda: Graph.from_edge_index(plain, size))
         return graph_cache.get(graph, (_tensor_key(plain), size) + key, make)
     if type(graph).__name__ in ("DGLGraph", "DGLBlock") or hasattr(graph, "adj_tensors"):
         if size is not None:
@@ -156,6 +159,23 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
                                lambda: Graph.from_dgl(graph))
     raise TypeError(f"the graph must be an edge_index tensor of shape (2, E), a PyG EdgeIndex, a DGLGraph or block, "
                     f"or a seastar_layers.Graph; got {type(graph).__name__}")
+
+
+def _from_sorted_edge_index(cls, edge_index, size) -> Graph:
+    """From a sorted PyG EdgeIndex: both layouts come from (and stay in) its own CSR/CSC caches."""
+    num_src, num_dst = size
+    plain = edge_index.as_tensor()
+    if plain.numel() and (int(plain[0].max()) >= num_src or int(plain[1].max()) >= num_dst or int(plain.min()) < 0):
+        raise ValueError(f"Found indices in 'edge_index' outside its sparse_size {tuple(size)}")
+    (colptr, row), col_perm = edge_index.get_csc()
+    (rowptr, col), row_perm = edge_index.get_csr()
+    arange = torch.arange(plain.shape[1], device=plain.device)
+    as64 = [t.to(torch.int64).contiguous() for t in (colptr, row, col_perm if col_perm is not None else arange,
+                                                     rowptr, col, row_perm if row_perm is not None else arange)]
+    return cls(*as64, num_src, num_dst)
+
+
+Graph.from_sorted_edge_index = classmethod(_from_sorted_edge_index)
 
 
 def _from_dgl(cls, g) -> Graph:

@@ -158,3 +158,14 @@ def test_dgl_graph_converted_once():
     before = graph_cache.builds
     ours(g, x(seed=3))
     assert graph_cache.builds == before
+
+
+@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2)),
+                                         ("GraphConv", dict(in_feats=F_IN, out_feats=3)),
+                                         ("APPNPConv", dict(k=2, alpha=0.1))])
+def test_no_edges_and_int32_graphs(name, kwargs):
+    kwargs = dict(kwargs, allow_zero_in_degree=True) if name != "APPNPConv" else kwargs
+    ref, ours = pair(name, **kwargs)
+    empty = dgl.graph((torch.tensor([], dtype=torch.long), torch.tensor([], dtype=torch.long)), num_nodes=N)
+    check(ref, ours, empty, x())
+    check(ref, ours, graph().int(), x())

@@ -292,3 +292,30 @@ def test_shape_generic_refuses_mean_over_runtime_axis():
 
     with pytest.raises(sl.CompileError, match="fixed only at run time"):
         sl.compile(prog, generic_shapes=True)(random_graph(N, N, 10), x=torch.randn(N, 4))
+
+
+def test_programs_accept_every_graph_format():
+    from torch_geometric import EdgeIndex
+
+    from seastar_layers.compat import import_dgl
+
+    dgl = import_dgl()
+    ei = random_graph(N, N, 70, seed=13)
+    feats = features()
+    h, norm = feats["h"], feats["norm"]
+    prog = sl.compile(weighted_sum)
+    expected = prog(ei, h=h, norm=norm)
+    g = dgl.graph((ei[0], ei[1]), num_nodes=N)
+    for fmt, graph in {"EdgeIndex": EdgeIndex(ei, sparse_size=(N, N)),
+                       "sorted EdgeIndex": EdgeIndex(ei, sparse_size=(N, N)).sort_by("col")[0],
+                       "DGLGraph": g, "int32 DGLGraph": g.int()}.items():
+        out = prog(graph, h=h, norm=norm)
+        if fmt == "sorted EdgeIndex":  # edges reordered: same sums up to rounding
+            torch.testing.assert_close(out, expected, msg=fmt)
+        else:
+            torch.testing.assert_close(out, expected, atol=0, rtol=0, msg=fmt)
+    seeds = torch.arange(0, N, 2)
+    block = dgl.to_block(dgl.in_subgraph(g, seeds), dst_nodes=seeds)
+    src_ids = block.srcdata[dgl.NID]
+    out = prog(block, h=h[src_ids], norm=norm[src_ids])
+    torch.testing.assert_close(out, expected[seeds])

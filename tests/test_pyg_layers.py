@@ -202,3 +202,17 @@ def test_no_silent_fallback_in_common_paths():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ours(x, ei, torch.randn(ei.shape[1], 2))
+
+
+def test_sorted_edge_index_uses_its_own_caches():
+    from torch_geometric import EdgeIndex
+
+    from seastar_layers.graph import as_graph
+
+    x, ei = data()
+    sorted_ei = EdgeIndex(ei, sparse_size=(N, N)).sort_by("col")[0]
+    g = as_graph(sorted_ei)
+    (colptr, _), _ = sorted_ei.get_csc()
+    assert g.in_indptr.data_ptr() == colptr.data_ptr()  # no copy: the EdgeIndex's own CSC
+    ref, ours = pair("GCNConv", in_channels=F_IN, out_channels=3, normalize=False)
+    torch.testing.assert_close(ours(x, sorted_ei), ref(x, ei), atol=1e-5, rtol=1e-5)
