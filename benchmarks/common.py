@@ -9,7 +9,10 @@ from pathlib import Path
 
 import torch
 
-from seastar_layers.profiling import peak_allocated_bytes, saved_for_backward_bytes  # noqa: F401
+from seastar_layers.profiling import peak_allocated_bytes, saved_for_backward_bytes
+
+__all__ = ["RESULTS", "machine", "peak_allocated_bytes", "saved_for_backward_bytes", "table", "time_fwd_bwd",
+           "write_record"]
 
 RESULTS = Path(__file__).parent / "results"
 

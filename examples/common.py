@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import tempfile
 import time
@@ -38,6 +39,8 @@ def parse_args(description: str) -> argparse.Namespace:
 
 
 def load(args):
+    if args.threads:
+        torch.set_num_threads(args.threads)
     try:
         data = load_planetoid(args.root, args.dataset)
     except DataUnavailable as e:
@@ -100,3 +103,21 @@ def report(results: list[Result], title: str) -> None:
         print(f"native / seastar: epoch time {native.epoch_ms / ours.epoch_ms:.2f}x, "
               f"peak memory {native.peak_mb / max(ours.peak_mb, 1e-9):.2f}x; "
               f"test accuracy difference {ours.test_acc - native.test_acc:+.4f}")
+
+
+def compare(args, data, build_model, layers: dict, make_forward, library: str) -> None:
+    """Train the same initial weights with each requested backend and report them side by side.
+
+    build_model(layers_module) -> model; make_forward(model) -> a function computing the logits."""
+    hp = HPARAMS[args.model]
+    epochs = args.epochs or hp["epochs"]
+    backends = ["native", "seastar"] if args.backend == "both" else [args.backend]
+    torch.manual_seed(args.seed)
+    initial = build_model(layers["native"]).state_dict()
+    results = []
+    for backend in backends:
+        model = build_model(layers[backend])
+        model.load_state_dict(copy.deepcopy(initial), strict=True)
+        torch.manual_seed(args.seed)
+        results.append(train(model, make_forward(model), data, hp, epochs, backend))
+    report(results, f"{library} {args.model.upper()} on {data.name} ({epochs} epochs, {torch.get_num_threads()} threads)")

@@ -7,7 +7,6 @@ models and hyperparameters follow DGL's examples; only the layer classes differ 
 """
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import HPARAMS, load, parse_args, report, train  # noqa: E402
+from common import compare, load, parse_args  # noqa: E402
 
 from seastar_layers.compat import import_dgl  # noqa: E402
 
@@ -66,24 +65,12 @@ MODELS = {"gat": GAT, "gcn": GCN, "appnp": APPNPNet}
 
 def main():
     args = parse_args(__doc__)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     data = load(args)
     g = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.num_nodes)
     g = dgl.add_self_loop(dgl.remove_self_loop(g))
-    hp = HPARAMS[args.model]
-    epochs = args.epochs or hp["epochs"]
-    backends = ["native", "seastar"] if args.backend == "both" else [args.backend]
-    torch.manual_seed(args.seed)
-    initial = MODELS[args.model](dgl.nn, data.x.shape[1], data.num_classes).state_dict()
-    results = []
-    for backend in backends:
-        layers = seastar_dgl if backend == "seastar" else dgl.nn
-        model = MODELS[args.model](layers, data.x.shape[1], data.num_classes)
-        model.load_state_dict(copy.deepcopy(initial), strict=True)
-        torch.manual_seed(args.seed)
-        results.append(train(model, lambda: model(g, data.x), data, hp, epochs, backend))
-    report(results, f"DGL {args.model.upper()} on {data.name} ({epochs} epochs, {torch.get_num_threads()} threads)")
+    model = MODELS[args.model]
+    compare(args, data, lambda layers: model(layers, data.x.shape[1], data.num_classes),
+            {"native": dgl.nn, "seastar": seastar_dgl}, lambda m: lambda: m(g, data.x), "DGL")
 
 
 if __name__ == "__main__":

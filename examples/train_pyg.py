@@ -8,7 +8,6 @@ side. The only difference between the two models is the import of the layer clas
 """
 from __future__ import annotations
 
-import copy
 import sys
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import HPARAMS, load, parse_args, report, train  # noqa: E402
+from common import compare, load, parse_args  # noqa: E402
 
 import seastar_layers  # noqa: E402
 
@@ -67,22 +66,10 @@ MODELS = {"gat": GAT, "gcn": GCN, "appnp": APPNPNet}
 
 def main():
     args = parse_args(__doc__)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     data = load(args)
-    hp = HPARAMS[args.model]
-    epochs = args.epochs or hp["epochs"]
-    backends = ["native", "seastar"] if args.backend == "both" else [args.backend]
-    torch.manual_seed(args.seed)
-    initial = MODELS[args.model](pyg_nn, data.x.shape[1], data.num_classes).state_dict()
-    results = []
-    for backend in backends:
-        layers = seastar_layers if backend == "seastar" else pyg_nn
-        model = MODELS[args.model](layers, data.x.shape[1], data.num_classes)
-        model.load_state_dict(copy.deepcopy(initial), strict=True)
-        torch.manual_seed(args.seed)
-        results.append(train(model, lambda: model(data.x, data.edge_index), data, hp, epochs, backend))
-    report(results, f"PyG {args.model.upper()} on {data.name} ({epochs} epochs, {torch.get_num_threads()} threads)")
+    model = MODELS[args.model]
+    compare(args, data, lambda layers: model(layers, data.x.shape[1], data.num_classes),
+            {"native": pyg_nn, "seastar": seastar_layers}, lambda m: lambda: m(data.x, data.edge_index), "PyG")
 
 
 if __name__ == "__main__":

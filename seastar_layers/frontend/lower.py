@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..errors import CompileError, IRError
+from ..errors import IRError
 from ..ir import Builder, Op, Space
 from ..ir.ops import PYTHON_EVAL
 from ..ir.program import Program, normalize_axes
