@@ -179,13 +179,33 @@ Graph.from_sorted_edge_index = classmethod(_from_sorted_edge_index)
 
 
 def _from_dgl(cls, g) -> Graph:
-    """From a DGLGraph or block, with DGL's edge ids as edge ids. (DGL 2.1's adj_tensors returns
-    corrupt arrays for blocks under a newer torch, so the edge list in id order is the source.)"""
+    """From a DGLGraph or block, with DGL's edge ids as edge ids: both layouts from DGL's own (cached)
+    CSC and CSR when they check out, else from the edge list in id order. (DGL 2.1 under a newer
+    torch has returned corrupt adjacency arrays for a block built from edges outside its
+    destinations, so nothing DGL hands over is used unchecked.)"""
     if len(g.canonical_etypes) != 1:
         raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
                          "pass one relation at a time, e.g. g[etype]")
+    num_src, num_dst, num_edges = g.num_src_nodes(), g.num_dst_nodes(), g.num_edges()
+    in_csr = _checked_csr(g.adj_tensors("csc"), num_dst, num_src, num_edges)
+    out_csr = _checked_csr(g.adj_tensors("csr"), num_src, num_dst, num_edges) if in_csr else None
+    if in_csr and out_csr:
+        return cls(*in_csr, *out_csr, num_src, num_dst)
     src, dst = g.edges(order="eid")
-    return cls.from_edge_index(torch.stack([src, dst]), (g.num_src_nodes(), g.num_dst_nodes()))
+    return cls.from_edge_index(torch.stack([src, dst]), (num_src, num_dst))
+
+
+def _checked_csr(arrays, rows: int, cols: int, num_edges: int):
+    """(indptr, indices, eids) as int64 if they describe `num_edges` edges over rows x cols, else None."""
+    indptr, indices, eids = (t.to(torch.int64).contiguous() for t in arrays)
+    if indptr.numel() != rows + 1 or indices.numel() != num_edges or eids.numel() != num_edges:
+        return None
+    if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges or bool((indptr[1:] < indptr[:-1]).any()):
+        return None
+    if num_edges and (int(indices.min()) < 0 or int(indices.max()) >= cols or int(eids.min()) < 0
+                      or int(eids.max()) >= num_edges):
+        return None
+    return indptr, indices, eids
 
 
 Graph.from_dgl = classmethod(_from_dgl)

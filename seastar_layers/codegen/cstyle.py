@@ -52,6 +52,9 @@ C_TYPES = {"float32": "float", "float64": "double"}
 assert set(C_EXPR) >= ELEMENTWISE | {Op.BROADCAST}
 
 
+BLOCK = 16  # features per register-resident accumulator block in blocked edge loops
+
+
 def literal(value: float) -> str:
     if math.isnan(value):
         return "(scalar_t)NAN"
@@ -98,6 +101,7 @@ class KernelRenderer:
         self.lines: list[str] = []
         self.depth = 0
         self.ready: set[int] = set()  # values declared in the current scope chain
+        self._lanes: set[int] = set()  # per-edge values held in registers inside a blocked loop
 
     # helpers -----------------------------------------------------------------------------------
     def emit(self, line: str):
@@ -183,6 +187,101 @@ class KernelRenderer:
         target = f"b{self.buffer_index[buf]}[{row} * {n.size} + {idx}]"
         self.emit(f"{header} {target} = {self.access(i, idx)};".lstrip())
 
+    # blocked edge loops ------------------------------------------------------------------------
+    def lane_values(self, loop):
+        """The per-edge values of a loop, in order, if it can run features-outer.
+
+        A loop whose aggregations share one shape S, and whose per-edge values all have shape S or
+        are scalars, is rendered as blocks of BLOCK features with accumulators in registers, the
+        edges inside each block: an accumulator that lives in memory costs a load and a store per
+        edge. Returns None where any per-edge value has another shape (or reduces or reshapes)."""
+        if loop.edge_writes or not loop.aggs:
+            return None
+        shape = self.nodes[loop.aggs[0]].shape
+        if not shape or any(self.nodes[a].shape != shape for a in loop.aggs):
+            return None
+        order, seen = [], set()
+
+        def fits(i) -> bool:
+            n = self.nodes[i]
+            if n.op is Op.CONST:
+                return True
+            if n.shape not in ((), shape):  # also for values already computed: lanes index them flat
+                return False
+            if i in seen or i in self.ready:
+                return True
+            seen.add(i)
+            if self.is_row_level(i) or n.op is Op.INPUT or n.op in AGGREGATIONS:
+                return True  # a row value or a buffer read
+            if n.op not in C_EXPR or not all(fits(a) for a in n.args):
+                return False
+            if n.shape == shape:
+                order.append(i)
+            return True
+
+        if not all(fits(self.nodes[a].args[0]) for a in loop.aggs):
+            return None
+        return order
+
+    def lane(self, i: int) -> str:
+        """Value i at feature f0 + k of a blocked loop."""
+        n = self.nodes[i]
+        if n.op is Op.CONST:
+            return literal(n.attr("value"))
+        if n.shape == ():
+            return f"v{i}[0]"
+        return f"e{i}" if i in self._lanes else f"v{i}[f0 + k]"
+
+    def render_blocked_loop(self, loop, lanes: list[int]):
+        size = self.nodes[loop.aggs[0]].size
+        self._lanes = set(lanes)
+        for a in loop.aggs:
+            self.emit(f"scalar_t v{a}[{size}];")
+        self.emit(f"for (int64_t f0 = 0; f0 < {size}; f0 += {BLOCK}) {{")
+        self.depth += 1
+        # a constant trip count for full blocks keeps the accumulators in registers
+        self.emit(f"if (f0 + {BLOCK} <= {size}) {{")
+        self.render_block(loop, lanes, str(BLOCK))
+        self.emit("} else {")
+        self.render_block(loop, lanes, f"(int)(({size}) - f0)")
+        self.emit("}")
+        self.depth -= 1
+        self.emit("}")
+        self._lanes = set()
+        self.finish_aggregations(loop)
+
+    def render_block(self, loop, lanes: list[int], width: str):
+        self.depth += 1
+        for a in loop.aggs:
+            start = literal(AGG_START[self.nodes[a].op])
+            self.emit(f"scalar_t acc{a}[{BLOCK}]; for (int k = 0; k < {BLOCK}; ++k) acc{a}[k] = {start};")
+        self.emit("for (int64_t j = begin; j < end; ++j) {")
+        self.depth += 1
+        self.emit("const int64_t nbr = nbrs[j], eid = eids[j];")
+        self.emit("(void)nbr; (void)eid;")
+        outer = set(self.ready)
+        needed = [arg for i in lanes for arg in self.nodes[i].args] + [self.nodes[a].args[0] for a in loop.aggs]
+        for arg in needed:  # buffer reads and per-edge scalars, declared per edge
+            if arg not in self._lanes:
+                self.require(arg)
+        self.emit("#pragma omp simd")
+        self.emit(f"for (int k = 0; k < {width}; ++k) {{")
+        self.depth += 1
+        for i in lanes:
+            n = self.nodes[i]
+            expr = C_EXPR[n.op].format(*(self.lane(a) for a in n.args), **dict(n.attrs))
+            self.emit(f"const scalar_t e{i} = {expr};")
+        for a in loop.aggs:
+            self.emit(AGG_UPDATE[self.nodes[a].op].format(acc=f"acc{a}[k]", x=self.lane(self.nodes[a].args[0])))
+        self.depth -= 1
+        self.emit("}")
+        self.ready = outer
+        self.depth -= 1
+        self.emit("}")
+        for a in loop.aggs:
+            self.emit(f"for (int k = 0; k < {width}; ++k) v{a}[f0 + k] = acc{a}[k];")
+        self.depth -= 1
+
     # kernel ------------------------------------------------------------------------------------
     def render(self) -> str:
         direction = self.k.direction.value
@@ -237,6 +336,9 @@ class KernelRenderer:
             collect(s)
         for i in row_level:  # hoisted out of the edge loop: computed once per row
             self.require(i)
+        lanes = self.lane_values(loop)
+        if lanes is not None:
+            return self.render_blocked_loop(loop, lanes)
         for a in loop.aggs:
             n = self.nodes[a]
             self.emit(f"scalar_t v{a}[{n.size}];")
@@ -260,6 +362,9 @@ class KernelRenderer:
         self.ready = outer  # per-edge values go out of scope
         self.depth -= 1
         self.emit("}")
+        self.finish_aggregations(loop)
+
+    def finish_aggregations(self, loop):
         for a in loop.aggs:
             n = self.nodes[a]
             if n.op is not Op.AGG_SUM:  # over no neighbours max and min are 0, as in PyG

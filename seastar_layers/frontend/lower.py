@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from ..errors import IRError
 from ..ir import Builder, Op, Space
-from ..ir.ops import PYTHON_EVAL
+from ..ir.ops import BINARY, PYTHON_EVAL
 from ..ir.program import Program, normalize_axes
 from .source import Source, get_source
 
@@ -479,6 +479,8 @@ class Lowering(ast.NodeVisitor):
             except (ArithmeticError, ValueError) as e:
                 raise IRError(f"constant expression fails in Python: {e}") from None
         ids = self.align([self.operand(x) for x in operands])
+        if op in BINARY:  # through the builder's exact identities (x * 1, x + 0, ...)
+            return Value(self.b.binary(op, *ids))
         return Value(self.b.emit(op, ids, **attrs))
 
     def align(self, ids: list[int]) -> list[int]:
