@@ -105,12 +105,10 @@ def report(results: list[Result], title: str) -> None:
               f"test accuracy difference {ours.test_acc - native.test_acc:+.4f}")
 
 
-def compare(args, data, build_model, layers: dict, make_forward, library: str) -> None:
+def compare(args, build_model, layers: dict, run, title: str) -> None:
     """Train the same initial weights with each requested backend and report them side by side.
 
-    build_model(layers_module) -> model; make_forward(model) -> a function computing the logits."""
-    hp = HPARAMS[args.model]
-    epochs = args.epochs or hp["epochs"]
+    build_model(layers_module) -> model; run(model, backend) -> Result."""
     backends = ["native", "seastar"] if args.backend == "both" else [args.backend]
     torch.manual_seed(args.seed)
     initial = build_model(layers["native"]).state_dict()
@@ -119,5 +117,14 @@ def compare(args, data, build_model, layers: dict, make_forward, library: str) -
         model = build_model(layers[backend])
         model.load_state_dict(copy.deepcopy(initial), strict=True)
         torch.manual_seed(args.seed)
-        results.append(train(model, make_forward(model), data, hp, epochs, backend))
-    report(results, f"{library} {args.model.upper()} on {data.name} ({epochs} epochs, {torch.get_num_threads()} threads)")
+        results.append(run(model, backend))
+    report(results, title)
+
+
+def compare_full_batch(args, data, build_model, layers: dict, make_forward, library: str) -> None:
+    """compare() with full-batch training; make_forward(model) -> a function computing the logits."""
+    hp = HPARAMS[args.model]
+    epochs = args.epochs or hp["epochs"]
+    compare(args, build_model, layers, lambda model, backend: train(model, make_forward(model), data, hp, epochs,
+                                                                    backend),
+            f"{library} {args.model.upper()} on {data.name} ({epochs} epochs, {torch.get_num_threads()} threads)")

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import compare, load, parse_args  # noqa: E402
+from common import compare_full_batch, load, parse_args  # noqa: E402
 
 from seastar_layers.compat import import_dgl  # noqa: E402
 
@@ -69,7 +69,7 @@ def main():
     g = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.num_nodes)
     g = dgl.add_self_loop(dgl.remove_self_loop(g))
     model = MODELS[args.model]
-    compare(args, data, lambda layers: model(layers, data.x.shape[1], data.num_classes),
+    compare_full_batch(args, data, lambda layers: model(layers, data.x.shape[1], data.num_classes),
             {"native": dgl.nn, "seastar": seastar_dgl}, lambda m: lambda: m(g, data.x), "DGL")
 
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import compare, load, parse_args  # noqa: E402
+from common import compare_full_batch, load, parse_args  # noqa: E402
 
 import seastar_layers  # noqa: E402
 
@@ -68,7 +68,7 @@ def main():
     args = parse_args(__doc__)
     data = load(args)
     model = MODELS[args.model]
-    compare(args, data, lambda layers: model(layers, data.x.shape[1], data.num_classes),
+    compare_full_batch(args, data, lambda layers: model(layers, data.x.shape[1], data.num_classes),
             {"native": pyg_nn, "seastar": seastar_layers}, lambda m: lambda: m(data.x, data.edge_index), "PyG")
 
 

@@ -11,7 +11,6 @@ memory at scale. `--scale` shrinks it (e.g. 0.01 for a quick run); Cora, CiteSee
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 import tempfile
 import time
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import Result, load, report  # noqa: E402
+from common import Result, compare, load  # noqa: E402
 
 from seastar_layers.compat import import_dgl  # noqa: E402
 from seastar_layers.datasets import PLANETOID, generated_graph  # noqa: E402
@@ -137,18 +136,11 @@ def main():
         data = load(args)
     g = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.num_nodes)
     g.create_formats_()
-    backends = ["native", "seastar"] if args.backend == "both" else [args.backend]
-    torch.manual_seed(args.seed)
-    initial = MODELS[args.model](dgl.nn, data.x.shape[1], data.num_classes).state_dict()
-    results = []
-    for backend in backends:
-        model = MODELS[args.model](seastar_dgl if backend == "seastar" else dgl.nn, data.x.shape[1], data.num_classes)
-        model.load_state_dict(copy.deepcopy(initial), strict=True)
-        torch.manual_seed(args.seed)
-        results.append(train(model, g, data, args, backend))
-    report(results, f"DGL {args.model.upper()} with neighbour sampling (fanouts {args.fanouts}, batch "
-                    f"{args.batch_size}, {args.batches} batches) on {data.name}; 'epoch ms' is per training step, "
-                    "accuracy on sampled test batches")
+    compare(args, lambda layers: MODELS[args.model](layers, data.x.shape[1], data.num_classes),
+            {"native": dgl.nn, "seastar": seastar_dgl}, lambda model, backend: train(model, g, data, args, backend),
+            f"DGL {args.model.upper()} with neighbour sampling (fanouts {args.fanouts}, batch {args.batch_size}, "
+            f"{args.batches} batches) on {data.name}; 'epoch ms' is per training step, accuracy on sampled test "
+            "batches")
 
 
 if __name__ == "__main__":

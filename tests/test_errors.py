@@ -132,6 +132,19 @@ def test_helper_errors_point_into_the_helper():
     assert info.value.location.lineno == line_of(helper_not_in_language, "return [x")
 
 
+def helper_with_tensor_default(x, w=WEIGHT):
+    return x * w.sum()
+
+
+def uses_helper_with_tensor_default(v):
+    return helper_with_tensor_default(v.x)
+
+
+def test_helper_tensor_defaults_are_refused():
+    with pytest.raises(sl.CompileError, match="defaults of helpers must be numbers"):
+        sl.compile(uses_helper_with_tensor_default)(EI, x=FEATS["x"])
+
+
 def test_lambda_is_refused():
     with pytest.raises(sl.CompileError, match="lambda"):
         sl.compile(lambda v: v.x)(EI, x=FEATS["x"])

@@ -216,3 +216,11 @@ def test_sorted_edge_index_uses_its_own_caches():
     assert g.in_indptr.data_ptr() == colptr.data_ptr()  # no copy: the EdgeIndex's own CSC
     ref, ours = pair("GCNConv", in_channels=F_IN, out_channels=3, normalize=False)
     torch.testing.assert_close(ours(x, sorted_ei), ref(x, ei), atol=1e-5, rtol=1e-5)
+
+
+def test_gat_sparse_adjacency_takes_edge_attr_from_the_argument():
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=3, heads=2, edge_dim=2, add_self_loops=False)
+    x, ei = data()
+    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.rand(ei.shape[1]), (N, N)).coalesce()
+    edge_attr = torch.randn(adj_t._nnz(), 2)  # one row per stored edge, in the adjacency's order
+    torch.testing.assert_close(ours(x, adj_t, edge_attr), ref(x, adj_t, edge_attr), atol=1e-5, rtol=1e-5)

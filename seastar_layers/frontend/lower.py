@@ -696,8 +696,10 @@ class Lowering(ast.NodeVisitor):
         names = [a.arg for a in spec.args]
         defaults = {}
         for n, d in zip(reversed(names), reversed(fn.__defaults__ or ()), strict=False):
-            defaults[n] = self.from_env(d, ref.path + ("@", f"<default {n}>"), n) if not isinstance(
-                d, (bool, int, float)) else d
+            if not isinstance(d, (bool, int, float)):
+                raise IRError(f"helper {name}: default of argument {n!r} is a {type(d).__name__}; defaults of "
+                              "helpers must be numbers (pass tensors explicitly)")
+            defaults[n] = d
         values = _bind(name, args, kwargs, names, defaults)
         inner = Lowering(self.ctx, fn, source, ref.path + ("@",), self.depth + 1)
         inner.in_hood = self.in_hood

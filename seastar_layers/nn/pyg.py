@@ -87,7 +87,7 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
 
         a_src = (x_src * self.att_src).sum(-1, keepdim=True)
         a_dst = (x_dst * self.att_dst).sum(-1, keepdim=True) if x_dst is not None else None
-        edge_index, edge_attr, sparse_size = _edge_list(edge_index, edge_attr)
+        edge_index, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
         _check_edge_index(edge_index)
         size = size if size is not None else sparse_size
         num_src = x_src.size(0)
