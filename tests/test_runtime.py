@@ -177,3 +177,11 @@ def test_debug_dump(tmp_path):
                   "generated source"]:
         assert f"---- {title}" in result.stderr
     assert "saved for backward" in result.stderr
+
+
+def test_too_wide_features_are_refused_not_crashed():
+    def prog(v):
+        return sum(torch.tanh(nb.x) * 2 for nb in v.innbs)
+
+    with pytest.raises(ValueError, match="per-row scratch"):
+        sl.compile(prog)(torch.tensor([[0, 1], [1, 0]]), x=torch.randn(2, 3_000_000))

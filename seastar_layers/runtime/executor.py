@@ -7,7 +7,7 @@ import math
 import torch
 
 from ..graph import Graph
-from ..ir import Space
+from ..ir import Op, Space
 from ..ir.program import is_symbol
 from ..passes.schedule import Schedule
 
@@ -53,9 +53,28 @@ def bind_dims(buffers, tensors) -> list[int]:
     return [dims[k] for k in range(len(dims))]
 
 
+# Kernels keep per-row and per-edge values in arrays on the thread's stack (8 MB by default);
+# past this much, refuse with a clear error rather than let the process crash.
+SCRATCH_LIMIT_BYTES = 2 * 2**20
+
+
+def check_scratch(sched: Schedule, dims: list[int], dtype: torch.dtype) -> None:
+    """Upper bound of the stack arrays a kernel of sched declares (every computed value counted)."""
+    computed = [n for n in sched.program.nodes if n.op not in (Op.INPUT, Op.CONST, Op.RESHAPE)]
+    elements = sum(math.prod(resolve(n.shape, dims)) for n in computed)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if elements * itemsize > SCRATCH_LIMIT_BYTES:
+        widest = max(math.prod(resolve(n.shape, dims)) for n in computed)
+        raise ValueError(f"these feature sizes need about {elements * itemsize / 2**20:.1f} MB of per-row scratch in "
+                         f"the fused kernel (the widest per-vertex value has {widest} elements), more than the "
+                         f"{SCRATCH_LIMIT_BYTES // 2**20} MB a thread's stack holds safely; project the features to "
+                         "fewer channels (e.g. apply the linear transform) before the program")
+
+
 def run(entry, sched: Schedule, graph_tensors: list[torch.Tensor], sizes: tuple[int, int, int],
         inputs: dict[str, torch.Tensor], dtype: torch.dtype, dims: list[int]) -> dict[str, torch.Tensor]:
     """Run one scheduled program. inputs maps input buffer names to tensors; returns the outputs."""
+    check_scratch(sched, dims, dtype)
     tensors = []
     for buf in sched.buffers:
         shape = buffer_shape(buf, sizes, dims)
