@@ -51,6 +51,7 @@ class GATConv(_DGLGATConv):
         if get_attention or not two_dim:
             _warn_once("GATConv", "get_attention=True" if get_attention else "node features with more than 2 dims")
             return super().forward(graph, feat, edge_weight, get_attention)
+        programs.check_features("dgl.GATConv", feat)
         _check_in_degrees(self, graph)
         H, F = self._num_heads, self._out_feats
         if isinstance(feat, tuple):
@@ -99,6 +100,7 @@ class GraphConv(_DGLGraphConv):
                + (_DGLGraphConv.__doc__ or ""))
 
     def forward(self, graph, feat, weight=None, edge_weight=None):
+        programs.check_features("dgl.GraphConv", feat)
         _check_in_degrees(self, graph)
         feat_src, feat_dst = dgl.utils.expand_as_pair(feat, graph)
         if edge_weight is not None and edge_weight.shape[0] != graph.num_edges():
@@ -140,6 +142,7 @@ class APPNPConv(_DGLAPPNPConv):
                "sweep.\n\n" + (_DGLAPPNPConv.__doc__ or ""))
 
     def forward(self, graph, feat, edge_weight=None):
+        programs.check_features("dgl.APPNPConv", feat)
         g = as_graph(graph)
         if edge_weight is None:
             src_norm = _degree_norm(graph.out_degrees(), feat, "both")

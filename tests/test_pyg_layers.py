@@ -224,3 +224,10 @@ def test_gat_sparse_adjacency_takes_edge_attr_from_the_argument():
     adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.rand(ei.shape[1]), (N, N)).coalesce()
     edge_attr = torch.randn(adj_t._nnz(), 2)  # one row per stored edge, in the adjacency's order
     torch.testing.assert_close(ours(x, adj_t, edge_attr), ref(x, adj_t, edge_attr), atol=1e-5, rtol=1e-5)
+
+
+def test_unsupported_precision_is_named_in_layer_terms():
+    x, ei = data()
+    for layer in (sl.GATConv(F_IN, 2).half(), sl.GCNConv(F_IN, 2).half(), sl.APPNP(K=1, alpha=0.1)):
+        with pytest.raises(TypeError, match=r"seastar_layers (GATConv|GCNConv|APPNP) supports float32 and float64"):
+            layer(x.half(), ei)

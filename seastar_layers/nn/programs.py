@@ -13,6 +13,14 @@ import torch
 from ..compiler import CompiledProgram, compile
 
 
+def check_features(layer: str, x) -> None:
+    """Layers take what their kernels are built for; say so in the layer's terms."""
+    for t in x if isinstance(x, (tuple, list)) else (x,):
+        if t is not None and t.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"seastar_layers {layer} supports float32 and float64 node features, got {t.dtype}; "
+                            "convert them (x.float()) or use the stock layer for this precision")
+
+
 def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: torch.Tensor) -> CompiledProgram:
     """out_v = sum_e softmax_v(leaky_relu(a_src[u] + a_dst[v] + a_edge[e])) * mask[e] * x[u]."""
 

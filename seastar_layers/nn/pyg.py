@@ -65,6 +65,7 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
         if type(edge_index).__name__ == "SparseTensor" and self.add_self_loops and self.edge_dim is not None:
             return super().forward(x, edge_index, edge_attr, size)  # PyG raises its own NotImplementedError
+        programs.check_features("GATConv", x)
         H, C = self.heads, self.out_channels
         res = None
         if isinstance(x, Tensor):
@@ -174,6 +175,7 @@ class GCNConv(_NoTemplates, pyg_nn.GCNConv):
             raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as input while this "
                              "layer does not support bipartite message passing. Please try other layers such as "
                              "'SAGEConv' or 'GraphConv' instead")
+        programs.check_features("GCNConv", x)
         graph, weight = _normalized(self, x, edge_index, edge_weight, self.improved)
         x = self.lin(x)
         feats = {"x": x}
@@ -190,6 +192,7 @@ class APPNP(_NoTemplates, pyg_nn.APPNP):
                "mixes in the teleport term.\n\n" + (pyg_nn.APPNP.__doc__ or ""))
 
     def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
+        programs.check_features("APPNP", x)
         graph, weight = _normalized(self, x, edge_index, edge_weight, False)
         alpha = x.new_tensor(self.alpha)
         h = x
