@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from .codegen.cstyle import CpuDialect, render_program
-from .errors import CompileError
+from .errors import BuildError, CompileError
 from .frontend.lower import DEGREE_INPUT, FeatureSpec, lower, resolve_path, signature_of
 from .graph import Graph, as_graph
 from .ir import Program, Space, verify
@@ -19,7 +19,6 @@ from .passes.canonicalize import canonicalize
 from .passes.hoist import hoist_params
 from .passes.schedule import schedule
 from .passes.softmax import stabilise_softmax
-from .errors import BuildError
 from .runtime import config, jit, prebuilt
 from .runtime.op import CompiledOp, make_op
 from .runtime.params import evaluate_prelude
@@ -35,7 +34,6 @@ class Specialisation:
     params: dict[str, tuple[str, ...]]
     features: dict
     returns_tuple: bool
-    source: str
     dtype: torch.dtype
 
 
@@ -103,8 +101,7 @@ def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> tuple[Specia
                              "seastar_layers so its extension matches this version")
         lib = jit.load_library(g.source, stem=fn.__code__.co_name)
     op = make_op(g.key, lib, g.forward, g.backward, len(g.lowered.program.outputs), dtype)
-    spec = Specialisation(op, g.prelude, g.lowered.params, g.lowered.features, g.lowered.returns_tuple, g.source,
-                          dtype)
+    spec = Specialisation(op, g.prelude, g.lowered.params, g.lowered.features, g.lowered.returns_tuple, dtype)
     return spec, g.lowered.facts
 
 

@@ -72,6 +72,38 @@ class Graph:
         return cls(in_indptr, src[in_eid].contiguous(), in_eid, out_indptr, dst[out_eid].contiguous(), out_eid,
                    num_src, num_dst)
 
+    @classmethod
+    def from_sorted_edge_index(cls, edge_index, size) -> Graph:
+        """From a sorted PyG EdgeIndex: both layouts come from (and stay in) its own CSR/CSC caches."""
+        num_src, num_dst = size
+        plain = edge_index.as_tensor()
+        if plain.numel() and (int(plain[0].max()) >= num_src or int(plain[1].max()) >= num_dst
+                              or int(plain.min()) < 0):
+            raise ValueError(f"Found indices in 'edge_index' outside its sparse_size {tuple(size)}")
+        (colptr, row), col_perm = edge_index.get_csc()
+        (rowptr, col), row_perm = edge_index.get_csr()
+        arange = torch.arange(plain.shape[1], device=plain.device)
+        as64 = [t.to(torch.int64).contiguous() for t in (colptr, row, col_perm if col_perm is not None else arange,
+                                                         rowptr, col, row_perm if row_perm is not None else arange)]
+        return cls(*as64, num_src, num_dst)
+
+    @classmethod
+    def from_dgl(cls, g) -> Graph:
+        """From a DGLGraph or block, with DGL's edge ids as edge ids: both layouts from DGL's own (cached)
+        CSC and CSR when they check out, else from the edge list in id order. (DGL 2.1 under a newer
+        torch has returned corrupt adjacency arrays for a block built from edges outside its
+        destinations, so nothing DGL hands over is used unchecked.)"""
+        if len(g.canonical_etypes) != 1:
+            raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
+                             "pass one relation at a time, e.g. g[etype]")
+        num_src, num_dst, num_edges = g.num_src_nodes(), g.num_dst_nodes(), g.num_edges()
+        in_csr = _checked_csr(g.adj_tensors("csc"), num_dst, num_src, num_edges)
+        out_csr = _checked_csr(g.adj_tensors("csr"), num_src, num_dst, num_edges) if in_csr else None
+        if in_csr and out_csr:
+            return cls(*in_csr, *out_csr, num_src, num_dst)
+        src, dst = g.edges(order="eid")
+        return cls.from_edge_index(torch.stack([src, dst]), (num_src, num_dst))
+
 
 def _sizes(edge_index: torch.Tensor, size) -> tuple[int, int]:
     if size is None:
@@ -161,38 +193,6 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
                     f"or a seastar_layers.Graph; got {type(graph).__name__}")
 
 
-def _from_sorted_edge_index(cls, edge_index, size) -> Graph:
-    """From a sorted PyG EdgeIndex: both layouts come from (and stay in) its own CSR/CSC caches."""
-    num_src, num_dst = size
-    plain = edge_index.as_tensor()
-    if plain.numel() and (int(plain[0].max()) >= num_src or int(plain[1].max()) >= num_dst or int(plain.min()) < 0):
-        raise ValueError(f"Found indices in 'edge_index' outside its sparse_size {tuple(size)}")
-    (colptr, row), col_perm = edge_index.get_csc()
-    (rowptr, col), row_perm = edge_index.get_csr()
-    arange = torch.arange(plain.shape[1], device=plain.device)
-    as64 = [t.to(torch.int64).contiguous() for t in (colptr, row, col_perm if col_perm is not None else arange,
-                                                     rowptr, col, row_perm if row_perm is not None else arange)]
-    return cls(*as64, num_src, num_dst)
-
-
-Graph.from_sorted_edge_index = classmethod(_from_sorted_edge_index)
-
-
-def _from_dgl(cls, g) -> Graph:
-    """From a DGLGraph or block, with DGL's edge ids as edge ids: both layouts from DGL's own (cached)
-    CSC and CSR when they check out, else from the edge list in id order. (DGL 2.1 under a newer
-    torch has returned corrupt adjacency arrays for a block built from edges outside its
-    destinations, so nothing DGL hands over is used unchecked.)"""
-    if len(g.canonical_etypes) != 1:
-        raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
-                         "pass one relation at a time, e.g. g[etype]")
-    num_src, num_dst, num_edges = g.num_src_nodes(), g.num_dst_nodes(), g.num_edges()
-    in_csr = _checked_csr(g.adj_tensors("csc"), num_dst, num_src, num_edges)
-    out_csr = _checked_csr(g.adj_tensors("csr"), num_src, num_dst, num_edges) if in_csr else None
-    if in_csr and out_csr:
-        return cls(*in_csr, *out_csr, num_src, num_dst)
-    src, dst = g.edges(order="eid")
-    return cls.from_edge_index(torch.stack([src, dst]), (num_src, num_dst))
 
 
 def _checked_csr(arrays, rows: int, cols: int, num_edges: int):
@@ -208,4 +208,3 @@ def _checked_csr(arrays, rows: int, cols: int, num_edges: int):
     return indptr, indices, eids
 
 
-Graph.from_dgl = classmethod(_from_dgl)

@@ -255,11 +255,7 @@ class KernelRenderer:
         for a in loop.aggs:
             start = literal(AGG_START[self.nodes[a].op])
             self.emit(f"scalar_t acc{a}[{BLOCK}]; for (int k = 0; k < {BLOCK}; ++k) acc{a}[k] = {start};")
-        self.emit("for (int64_t j = begin; j < end; ++j) {")
-        self.depth += 1
-        self.emit("const int64_t nbr = nbrs[j], eid = eids[j];")
-        self.emit("(void)nbr; (void)eid;")
-        outer = set(self.ready)
+        outer = self.open_edge_loop()
         needed = [arg for i in lanes for arg in self.nodes[i].args] + [self.nodes[a].args[0] for a in loop.aggs]
         for arg in needed:  # buffer reads and per-edge scalars, declared per edge
             if arg not in self._lanes:
@@ -314,6 +310,14 @@ class KernelRenderer:
         self.emit("}")
         return "\n".join(self.lines)
 
+    def open_edge_loop(self) -> set[int]:
+        """Start the loop over the row's edges; returns the values in scope before it."""
+        self.emit("for (int64_t j = begin; j < end; ++j) {")
+        self.depth += 1
+        self.emit("const int64_t nbr = nbrs[j], eid = eids[j];")
+        self.emit("(void)nbr; (void)eid;")
+        return set(self.ready)
+
     def render_loop(self, loop):
         sinks = [self.nodes[a].args[0] for a in loop.aggs] + [i for _, i in loop.edge_writes]
         row_level, seen = [], set()
@@ -343,11 +347,7 @@ class KernelRenderer:
             n = self.nodes[a]
             self.emit(f"scalar_t v{a}[{n.size}];")
             self.emit(f"for (int i = 0; i < {n.size}; ++i) v{a}[i] = {literal(AGG_START[n.op])};")
-        self.emit("for (int64_t j = begin; j < end; ++j) {")
-        self.depth += 1
-        self.emit("const int64_t nbr = nbrs[j], eid = eids[j];")
-        self.emit("(void)nbr; (void)eid;")
-        outer = set(self.ready)
+        outer = self.open_edge_loop()
         for a in loop.aggs:
             n = self.nodes[a]
             (x,) = n.args

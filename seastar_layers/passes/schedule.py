@@ -10,6 +10,7 @@ other direction it depends on. Aggregation results read by another kernel go thr
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from ..ir import Op, Program, Space
@@ -55,6 +56,11 @@ class Schedule:
     buffers: list[Buffer]
     reads: dict[int, str]  # node id -> buffer it is read from (inputs, and results of other kernels)
     constant_outputs: dict[str, float]  # outputs that are a constant everywhere (filled by the runtime)
+
+    @functools.cached_property
+    def scratch_shapes(self) -> list[tuple]:
+        """Shapes of the values kernels keep in stack arrays (an upper bound: every computed value)."""
+        return [n.shape for n in self.program.nodes if n.op not in (Op.INPUT, Op.CONST, Op.RESHAPE)]
 
     def __str__(self) -> str:
         lines = []

@@ -6,8 +6,7 @@ import math
 
 import torch
 
-from ..graph import Graph
-from ..ir import Op, Space
+from ..ir import Space
 from ..ir.program import is_symbol
 from ..passes.schedule import Schedule
 
@@ -60,11 +59,11 @@ SCRATCH_LIMIT_BYTES = 2 * 2**20
 
 def check_scratch(sched: Schedule, dims: list[int], dtype: torch.dtype) -> None:
     """Upper bound of the stack arrays a kernel of sched declares (every computed value counted)."""
-    computed = [n for n in sched.program.nodes if n.op not in (Op.INPUT, Op.CONST, Op.RESHAPE)]
-    elements = sum(math.prod(resolve(n.shape, dims)) for n in computed)
+    sizes = [math.prod(resolve(shape, dims)) for shape in sched.scratch_shapes]
+    elements = sum(sizes)
     itemsize = torch.empty((), dtype=dtype).element_size()
     if elements * itemsize > SCRATCH_LIMIT_BYTES:
-        widest = max(math.prod(resolve(n.shape, dims)) for n in computed)
+        widest = max(sizes)
         raise ValueError(f"these feature sizes need about {elements * itemsize / 2**20:.1f} MB of per-row scratch in "
                          f"the fused kernel (the widest per-vertex value has {widest} elements), more than the "
                          f"{SCRATCH_LIMIT_BYTES // 2**20} MB a thread's stack holds safely; project the features to "
@@ -98,7 +97,3 @@ def run(entry, sched: Schedule, graph_tensors: list[torch.Tensor], sizes: tuple[
         raise ValueError(f"internal: the kernel entry refused buffer {buf.name} with {tensors[rc - 1].numel()} "
                          f"elements for sizes {sizes}")
     return {b.name: t for b, t in zip(sched.buffers, tensors, strict=True) if b.role == "output"}
-
-
-def graph_sizes(graph: Graph) -> tuple[int, int, int]:
-    return graph.num_src, graph.num_dst, graph.num_edges
