@@ -3,7 +3,8 @@
 Install with `pip install --no-build-isolation .` so the build uses the torch already installed.
 Building runs the package's own compiler over the layers' vertex programs (at install time, as at
 run time for custom layers) and compiles what it generates into the extension seastar_layers._C.
-SEASTAR_PORTABLE=1 builds for the generic CPU of the architecture instead of this machine's.
+The extension is built for the portable baseline of the architecture (a wheel runs on any CPU of
+it); SEASTAR_NATIVE=1 tunes it for the building machine's CPU instead.
 """
 import os
 import re
@@ -26,9 +27,11 @@ def write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
+sys.path.insert(0, str(ROOT))  # the package's own compiler generates the extension's sources
+
+
 def generate_sources() -> list[str]:
     """Run the compiler over every prebuilt layer variant; one source file per program and dtype."""
-    sys.path.insert(0, str(ROOT))
     from seastar_layers.nn.programs import prebuilt_variants
 
     groups: dict[str, list[str]] = {}
@@ -74,11 +77,12 @@ class BuildLayers(build_ext):
             self.compiler.compile = compile_one
 
 
-arch = [] if os.environ.get("SEASTAR_PORTABLE") else ["-march=native"]
+from seastar_layers.runtime.toolchain import prebuilt_cxx_flags  # noqa: E402
+
 layers = Extension(
     "seastar_layers._C",
     sources=["csrc/module.cpp"],  # the generated sources are added by BuildLayers
-    extra_compile_args=["-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-ffp-contract=off", *arch],  # as the JIT
+    extra_compile_args=prebuilt_cxx_flags(),
     extra_link_args=["-fopenmp"],
     language="c++",
 )

@@ -5,26 +5,27 @@ import functools
 import hashlib
 import sys
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 
-from .codegen.cstyle import CpuDialect, render_program
+from .codegen import TARGETS
+from .codegen.cstyle import render_program
 from .errors import BuildError, CompileError
-from .frontend.lower import DEGREE_INPUT, FeatureSpec, lower, resolve_path, signature_of
+from .frontend.lower import FeatureSpec, lower, resolve_path, signature_of
 from .graph import Graph, as_graph
-from .ir import Program, Space, verify
-from .passes.autodiff import SAVED_PREFIX, autodiff
+from .ir import Program, Role, Space, verify
+from .passes.autodiff import Backward, autodiff, saved_key
 from .passes.canonicalize import canonicalize
 from .passes.hoist import hoist_params
-from .passes.schedule import schedule
+from .passes.schedule import Schedule, schedule
 from .passes.softmax import stabilise_softmax
 from .runtime import config, jit, prebuilt
 from .runtime.op import CompiledOp, make_op
 from .runtime.params import evaluate_prelude
 
 SUPPORTED_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
-PASSES = (canonicalize, stabilise_softmax)
 
 
 @dataclass
@@ -37,6 +38,83 @@ class Specialisation:
     dtype: torch.dtype
 
 
+@dataclass(frozen=True)
+class Compilation:
+    """What the pipeline knows of one specialisation; each stage returns a new one."""
+
+    program: Program  # the forward program
+    target: str  # a key of codegen.TARGETS
+    dtype: str  # the features' dtype name
+    prelude: Program | None = None  # parameter-only expressions, evaluated in torch before the kernels
+    backward: Backward | None = None
+    schedules: dict[str, Schedule] | None = None  # "forward", "backward"
+    source: str | None = None  # with PREFIX_PLACEHOLDER where the entry points' prefix goes
+
+    def programs(self) -> dict[str, Program]:
+        found = {"forward": self.program, "prelude": self.prelude}
+        if self.backward is not None:
+            found["backward"] = self.backward.program
+        return {name: prog for name, prog in found.items() if prog is not None}
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable[[Compilation], Compilation]
+    show: Callable[[Compilation], str]  # what SEASTAR_DEBUG=1 prints after it
+
+
+def _forward_pass(fn) -> Stage:
+    return Stage(fn.__name__, lambda c: replace(c, program=fn(c.program)), lambda c: str(c.program))
+
+
+def _hoist(c: Compilation) -> Compilation:
+    program, prelude = hoist_params(c.program)
+    return replace(c, program=program, prelude=prelude)
+
+
+def _plan_saves(c: Compilation) -> Compilation:
+    """The forward also outputs what the backward reads instead of recomputing (aggregation results)."""
+    saved = tuple((saved_key(c.program, i), i) for i in c.backward.saved)
+    return replace(c, program=Program(c.program.nodes, c.program.outputs + saved))
+
+
+def _show_saves(c: Compilation) -> str:
+    saved = [f"%{i} {key!r}{list(c.program.nodes[i].shape)}" for key, i in c.program.outputs if key.role is Role.SAVED]
+    return "saved for backward: " + (", ".join(saved) or "nothing")
+
+
+PREFIX_PLACEHOLDER = "__SEASTAR_PREFIX__"
+
+# The pipeline from a lowered forward program to source; run_pipeline verifies every program and
+# prints (SEASTAR_DEBUG=1) what each stage made.
+PIPELINE = (
+    _forward_pass(canonicalize),
+    _forward_pass(stabilise_softmax),
+    Stage("hoist_params", _hoist, lambda c: f"{c.program}\n  -- prelude (torch) --\n{c.prelude}"),
+    Stage("autodiff", lambda c: replace(c, backward=autodiff(c.program)), lambda c: str(c.backward.program)),
+    Stage("save_planning", _plan_saves, _show_saves),
+    Stage("schedule", lambda c: replace(c, schedules={"forward": schedule(c.program),
+                                                      "backward": schedule(c.backward.program)}),
+          lambda c: "\n".join(f"{name}:\n{sched}" for name, sched in c.schedules.items())),
+    Stage("render", lambda c: replace(c, source=render_program(c.schedules, TARGETS[c.target], c.dtype,
+                                                               PREFIX_PLACEHOLDER)),
+          lambda c: c.source),
+)
+
+
+def run_pipeline(program: Program, target: str, dtype: str) -> Compilation:
+    c = Compilation(program, target, dtype)
+    verify(program, "frontend")
+    _debug("frontend", program)
+    for stage in PIPELINE:
+        c = stage.run(c)
+        for name, prog in c.programs().items():
+            verify(prog, f"{stage.name} ({name} program)")
+        _debug(stage.name, stage.show(c))
+    return c
+
+
 def _debug(title: str, text) -> None:
     if config.debug():
         print(f"[seastar] ---- {title}\n{text}", file=sys.stderr)
@@ -46,48 +124,21 @@ def _debug(title: str, text) -> None:
 class Generated:
     """What the pipeline makes of a program before anything is compiled."""
 
-    key: str  # hash of the source; prefixes the entry points
+    key: str  # hash of the source (which spells out the whole interface); prefixes the entry points
     source: str
-    forward: object
-    backward: object
+    forward: Schedule
+    backward: Schedule
     lowered: object
     prelude: Program
 
 
-PREFIX_PLACEHOLDER = "__SEASTAR_PREFIX__"
-
-
-def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> Generated:
-    """The whole pipeline up to the C source, for one specialisation."""
+def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, target: str = "cpu") -> Generated:
+    """The whole pipeline up to the source, for one specialisation."""
     lowered = lower(fn, specs)
-    prog = lowered.program
-    verify(prog, "frontend")
-    _debug("frontend", prog)
-    for p in PASSES:
-        prog = p(prog)
-        verify(prog, p.__name__)
-        _debug(p.__name__, prog)
-    prog, prelude = hoist_params(prog)
-    verify(prog, "hoist_params")
-    _debug("hoist_params", prog)
-    bwd = autodiff(prog)
-    verify(bwd.program, "autodiff")
-    _debug("autodiff (backward program)", bwd.program)
-    saved = tuple((f"{SAVED_PREFIX}{i}", i) for i in bwd.saved)
-    fwd_prog = Program(prog.nodes, prog.outputs + saved)
-    _debug("save planning", "saved for backward: " + (", ".join(
-        f"%{i} {prog.nodes[i].space.value}{list(prog.nodes[i].shape)}" for _, i in saved) or "nothing"))
-    fwd_sched = schedule(fwd_prog, {name: fwd_prog.nodes[i].space for name, i in fwd_prog.outputs})
-    bwd_spaces = {name: Space(name.rsplit("@", 1)[1].split("/")[-1]) for name, _ in bwd.program.outputs}
-    bwd_sched = schedule(bwd.program, bwd_spaces)
-    _debug("schedule (forward)", fwd_sched)
-    _debug("schedule (backward)", bwd_sched)
-    template = render_program({"forward": fwd_sched, "backward": bwd_sched}, CpuDialect(), SUPPORTED_DTYPES[dtype],
-                              PREFIX_PLACEHOLDER)
-    key = "p" + hashlib.sha256(template.encode()).hexdigest()[:20] + "_"
-    source = template.replace(PREFIX_PLACEHOLDER, key)
-    _debug("generated source", source)
-    return Generated(key, source, fwd_sched, bwd_sched, lowered, prelude)
+    c = run_pipeline(lowered.program, target, SUPPORTED_DTYPES[dtype])
+    key = "p" + hashlib.sha256(c.source.encode()).hexdigest()[:20] + "_"
+    return Generated(key, c.source.replace(PREFIX_PLACEHOLDER, key), c.schedules["forward"],
+                     c.schedules["backward"], lowered, c.prelude)
 
 
 def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> tuple[Specialisation, list]:
@@ -100,7 +151,7 @@ def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> tuple[Specia
                              "extension and SEASTAR_NO_JIT=1 forbids compiling it; unset SEASTAR_NO_JIT, or reinstall "
                              "seastar_layers so its extension matches this version")
         lib = jit.load_library(g.source, stem=fn.__code__.co_name)
-    op = make_op(g.key, lib, g.forward, g.backward, len(g.lowered.program.outputs), dtype)
+    op = make_op(g.key, lib, g.forward, g.backward, dtype)
     spec = Specialisation(op, g.prelude, g.lowered.params, g.lowered.features, g.lowered.returns_tuple, dtype)
     return spec, g.lowered.facts
 
@@ -196,7 +247,7 @@ class CompiledProgram:
 
     def __call__(self, graph, *, size=None, **features):
         spec, graph_tensors, inputs = self.prepare(graph, size, **features)
-        outs = spec.op.forward(graph_tensors, inputs)[:len(spec.op.output_names)]
+        outs = spec.op.forward(graph_tensors, inputs)[:len(spec.op.outputs)]
         return tuple(outs) if spec.returns_tuple else outs[0]
 
 
@@ -266,12 +317,12 @@ def _gather_inputs(fn, spec: Specialisation, g: Graph, features: dict) -> list[t
                             "of its features (float32 when it reads none); convert one to match")
     params.update(evaluate_prelude(spec.prelude, params))
     inputs = []
-    for buf in spec.op.input_names:
-        name, space = buf.rsplit("@", 1)
-        if name == DEGREE_INPUT:
+    for buf in spec.op.inputs:
+        key = buf.key
+        if key.role is Role.DEGREE:
             inputs.append(g.in_degree(spec.dtype))
-        elif Space(space) is Space.PARAM:
-            inputs.append(params[name].contiguous())
+        elif key.role is Role.PARAM:
+            inputs.append(params[key.name].contiguous())
         else:
-            inputs.append(features[name].contiguous())
+            inputs.append(features[key.name].contiguous())
     return inputs

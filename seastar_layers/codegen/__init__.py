@@ -1,0 +1,4 @@
+"""Rendering scheduled programs as source: one renderer (cstyle.py), one dialect per target."""
+from .cpu import CpuDialect
+
+TARGETS = {"cpu": CpuDialect()}

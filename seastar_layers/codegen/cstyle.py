@@ -1,66 +1,25 @@
-"""One C-like renderer for scheduled programs; dialects (CPU now, CUDA next) override a few pieces.
+"""One C-like renderer for scheduled programs. A dialect (codegen/cpu.py, codegen/cuda.py) fills in
+what differs between targets; this file decides what is computed where.
 
-Every value is a small array indexed by its flat feature index: inputs and buffers are pointers
-into a row, computed values are local arrays, constants are literals. Each elementwise node is a
-loop nest over its feature shape with broadcasting folded into the operand index expressions.
+Every value is an array indexed by its flat feature index: inputs and results of other kernels are
+pointers into a buffer row, computed values are arrays (local, or in the row's scratch), constants
+are literals. Each elementwise node is an element loop over its shape with broadcasting folded into
+the operand index expressions. Kernels take one params struct; the generated entry point checks
+every buffer against the sizes, fills the struct and hands it to the dialect to run.
 """
 from __future__ import annotations
 
-import math
+import re
 
-from ..ir import Op, Space
-from ..ir.ops import AGG_START, AGGREGATIONS, ELEMENTWISE
+from ..ir import OPS, BufferKey, Kind, Op, Space
 from ..ir.program import size_expr, symbols_of
-from ..passes.schedule import Kernel, Schedule
+from ..passes.schedule import Buffer, Kernel, Schedule
+from .dialect import Dialect, ElementLoop, c_max
 
-# op -> C expression over operand expressions {0}, {1}, {2} and attributes by name
-C_EXPR = {
-    Op.NEG: "(-{0})",
-    Op.RECIP: "((scalar_t)1 / {0})",
-    Op.EXP: "std::exp({0})",
-    Op.LOG: "std::log({0})",
-    Op.SQRT: "std::sqrt({0})",
-    Op.ABS: "std::abs({0})",
-    Op.SIGMOID: "((scalar_t)1 / ((scalar_t)1 + std::exp(-{0})))",
-    Op.TANH: "std::tanh({0})",
-    Op.RELU: "({0} > 0 ? {0} : (scalar_t)0)",
-    Op.LEAKY_RELU: "({0} > 0 ? {0} : {0} * (scalar_t){slope})",
-    Op.ELU: "({0} > 0 ? {0} : (scalar_t){alpha} * std::expm1({0}))",
-    Op.ADD: "({0} + {1})",
-    Op.SUB: "({0} - {1})",
-    Op.MUL: "({0} * {1})",
-    Op.DIV: "({0} / {1})",
-    Op.POW: "std::pow({0}, {1})",
-    Op.MAXIMUM: "({0} > {1} ? {0} : {1})",
-    Op.MINIMUM: "({0} < {1} ? {0} : {1})",
-    Op.LT: "(scalar_t)({0} < {1})",
-    Op.LE: "(scalar_t)({0} <= {1})",
-    Op.GT: "(scalar_t)({0} > {1})",
-    Op.GE: "(scalar_t)({0} >= {1})",
-    Op.EQ: "(scalar_t)({0} == {1})",
-    Op.NE: "(scalar_t)({0} != {1})",
-    Op.WHERE: "({0} != 0 ? {1} : {2})",
-    Op.BROADCAST: "{0}",
-}
-AGG_UPDATE = {
-    Op.AGG_SUM: "{acc} += {x};",
-    Op.AGG_MAX: "{acc} = {x} > {acc} ? {x} : {acc};",
-    Op.AGG_MIN: "{acc} = {x} < {acc} ? {x} : {acc};",
-}
-C_TYPES = {"float32": "float", "float64": "double"}
-
-assert set(C_EXPR) >= ELEMENTWISE | {Op.BROADCAST}
-
-
-BLOCK = 16  # features per register-resident accumulator block in blocked edge loops
-
-
-def literal(value: float) -> str:
-    if math.isnan(value):
-        return "(scalar_t)NAN"
-    if math.isinf(value):
-        return "(scalar_t)INFINITY" if value > 0 else "(-(scalar_t)INFINITY)"
-    return f"(scalar_t){value!r}"
+# graph[]: in-CSR (indptr, sources, edge ids), out-CSR (indptr, destinations, edge ids), then the
+# destination and source rows in the order a dialect should take them (heaviest first; may be null)
+GRAPH_SLOTS = 8
+_MATH = re.compile(r"\$(\w+)\(")
 
 
 def strides(shape) -> list:
@@ -68,72 +27,102 @@ def strides(shape) -> list:
     return [size_expr(shape[k + 1:]) for k in range(len(shape))]
 
 
-def flat_index(shape, loop_vars: list[str], out_rank: int) -> str:
+def flat_index(shape, coords: list[str], out_rank: int) -> str:
     """Index into a value of `shape` broadcast into an output of rank out_rank (right-aligned)."""
     terms = []
     offset = out_rank - len(shape)
     for d, (extent, stride) in enumerate(zip(shape, strides(shape), strict=True)):
         if extent != 1:
-            var = loop_vars[d + offset]
+            var = coords[d + offset]
             terms.append(var if stride == 1 else f"{var} * {stride}")
     return " + ".join(terms) or "0"
 
 
-class CpuDialect:
-    name = "cpu"
-    preamble = "#include <cmath>\n#include <cstdint>\n"
-    exported = 'extern "C" '
-
-    def row_loop(self, n_rows: str) -> list[str]:
-        return ["#pragma omp parallel for schedule(dynamic, 32) num_threads(num_threads)",
-                f"for (int64_t r = 0; r < {n_rows}; ++r) {{"]
-
-
 class KernelRenderer:
-    """Renders one kernel of a schedule as a C function."""
+    """Renders one kernel of a schedule as a C function of the dialect."""
 
-    def __init__(self, sched: Schedule, kern: Kernel, name: str, dialect, buffer_index: dict[str, int],
-                 symbols: list[str]):
-        self.s, self.k, self.name, self.d = sched, kern, name, dialect
-        self.symbols = symbols
+    def __init__(self, sched: Schedule, kern: Kernel, name: str, dialect: Dialect, dtype: str,
+                 buffer_index: dict[BufferKey, int], params: str):
+        self.s, self.k, self.name, self.d, self.dtype = sched, kern, name, dialect, dtype
         self.nodes = sched.program.nodes
+        self.buffers = {b.key: b for b in sched.buffers}
         self.buffer_index = buffer_index
+        self.params = params
         self.lines: list[str] = []
         self.depth = 0
         self.ready: set[int] = set()  # values declared in the current scope chain
+        self.stored_typed: set[int] = set()  # values that point into storage-typed buffers
+        self.replicated: dict[int, bool] = {}
+        self.slots: dict[int, str] = {}  # value -> offset in the row's scratch
+        self.scratch_sizes: list = []
+        self.sizes: list = []  # every value size the kernel handles: the dialect sizes its groups by the widest
         self._lanes: set[int] = set()  # per-edge values held in registers inside a blocked loop
 
     # helpers -----------------------------------------------------------------------------------
-    def emit(self, line: str):
-        self.lines.append("  " * self.depth + line)
+    def emit(self, *lines: str):
+        self.lines.extend("  " * self.depth + line for line in lines)
 
-    def loop_nest(self, shape):
-        """Loop variables i0, i1, ... over a feature shape, and the `for` headers (none for extent 1)."""
-        loop_vars = [f"i{d}" for d in range(len(shape))]
-        header = " ".join(f"for (int {v} = 0; {v} < {n}; ++{v})" for v, n in zip(loop_vars, shape, strict=True)
-                          if n != 1)
-        return loop_vars, header
+    def c_type(self, buf: Buffer) -> str:
+        return "acc_t" if buf.in_compute_type else "scalar_t"
 
     def access(self, i: int, idx: str) -> str:
         n = self.nodes[i]
         if n.op is Op.CONST:
-            return literal(n.attr("value"))
+            return self.d.literal(n.attr("value"), self.dtype)
+        if i in self.stored_typed:
+            return self.d.load(f"v{i}[{idx}]", self.dtype)
         return f"v{i}[{idx}]"
+
+    def c_expr(self, i: int, operands: list[str]) -> str:
+        n = self.nodes[i]
+        template = _MATH.sub(lambda m: self.d.math(m.group(1), self.dtype) + "(", OPS[n.op].c)
+        return template.format(*operands, **dict(n.attrs))
+
+    def index_in(self, loop: ElementLoop, shape) -> str:
+        if loop.flat is not None and tuple(shape) == loop.shape:
+            return loop.flat
+        return flat_index(shape, loop.coords, len(loop.shape))
 
     def is_row_level(self, i: int) -> bool:
         n = self.nodes[i]
-        if n.op in AGGREGATIONS:
+        if n.op.kind == Kind.AGGREGATION:
             return i in self.k.aggs or n.space is self.k.row_space
         return n.space in (self.k.row_space, Space.PARAM, Space.CONST)
 
     def pointer_for(self, i: int) -> str:
         """Where a value read from a buffer starts, for the current row or edge."""
         n = self.nodes[i]
-        buf = self.s.reads[i]
-        base = f"b{self.buffer_index[buf]}"
-        size = n.size
+        base = f"b{self.buffer_index[self.s.reads[i]]}"
         row = {self.k.row_space: "r", self.k.nbr_space: "nbr", Space.EDGE: "eid", Space.PARAM: None}[n.space]
-        return base if row is None else f"{base} + {row} * {size}"
+        return base if row is None else f"{base} + {row} * {n.size}"
+
+    def declare_value(self, i: int) -> bool:
+        """Declare the array of computed value i; returns whether it is replicated across lanes."""
+        size = self.nodes[i].size
+        self.sizes.append(size)
+        replicated = self.d.replicated(size)
+        offset = None
+        if not self.d.on_stack(size, replicated):
+            if i not in self.slots:
+                self.slots[i] = " + ".join(f"({s})" for s in self.scratch_sizes) or "0"
+                self.scratch_sizes.append(size)
+            offset = self.slots[i]
+        self.emit(self.d.declare(f"v{i}", size, replicated, offset))
+        self.replicated[i] = replicated
+        return replicated
+
+    def for_each(self, shape, size, replicated: bool, body) -> None:
+        """An element loop over `shape`; body(loop) returns the statements for one element."""
+        loop = self.d.element_loop(tuple(shape), size, replicated)
+        self.emit(*loop.open)
+        self.depth += 1
+        self.emit(*body(loop))
+        self.depth -= 1
+        self.emit(*loop.close)
+
+    def sync_after(self, replicated: bool) -> None:
+        if not replicated:
+            self.emit(*self.d.sync())
 
     # values ------------------------------------------------------------------------------------
     def require(self, i: int):
@@ -143,58 +132,90 @@ class KernelRenderer:
         n = self.nodes[i]
         if n.op is Op.CONST:
             return
-        if n.op is not Op.INPUT and not (n.op in AGGREGATIONS and i not in self.k.aggs):
-            if n.op in AGGREGATIONS:
-                raise AssertionError(f"aggregation %{i} used before its loop ran")
+        from_buffer = n.op is Op.INPUT or (n.op.kind == Kind.AGGREGATION and i not in self.k.aggs)
+        if n.op.kind == Kind.AGGREGATION and not from_buffer:
+            raise AssertionError(f"aggregation %{i} used before its loop ran")
+        if not from_buffer:
             for a in n.args:
                 self.require(a)
         self.ready.add(i)
-        if n.op is Op.INPUT or n.op in AGGREGATIONS:
-            self.emit(f"const scalar_t* v{i} = {self.pointer_for(i)};")
+        if from_buffer:
+            buf = self.buffers[self.s.reads[i]]
+            if not buf.in_compute_type:
+                self.stored_typed.add(i)
+            self.emit(f"const {self.c_type(buf)}* v{i} = {self.pointer_for(i)};")
         elif n.op is Op.RESHAPE:
-            self.emit(f"const scalar_t* v{i} = v{n.args[0]};")
-        elif n.op is Op.REDUCE_SUM:
+            (x,) = n.args
+            if x in self.stored_typed:
+                self.stored_typed.add(i)
+            self.replicated[i] = self.replicated.get(x, True)
+            self.emit(f"const {'scalar_t' if x in self.stored_typed else 'acc_t'}* v{i} = v{x};")
+        elif n.op.kind == Kind.REDUCE:
             self.render_reduce(i)
-        elif n.op in C_EXPR:
+        elif OPS[n.op].c is not None:
             self.render_elementwise(i)
         else:
             raise NotImplementedError(f"the renderer has no rule for {n.op.name}")
 
     def render_elementwise(self, i: int):
         n = self.nodes[i]
-        loop_vars, header = self.loop_nest(n.shape)
-        operands = [self.access(a, flat_index(self.nodes[a].shape, loop_vars, len(n.shape))) for a in n.args]
-        expr = C_EXPR[n.op].format(*operands, **dict(n.attrs))
-        self.emit(f"scalar_t v{i}[{n.size}];")
-        self.emit(f"{header} v{i}[{flat_index(n.shape, loop_vars, len(n.shape))}] = {expr};".lstrip())
+        replicated = self.declare_value(i)
+
+        def body(loop):
+            operands = [self.access(a, self.index_in(loop, self.nodes[a].shape)) for a in n.args]
+            return [f"v{i}[{self.index_in(loop, n.shape)}] = {self.c_expr(i, operands)};"]
+
+        self.for_each(n.shape, n.size, replicated, body)
+        self.sync_after(replicated)
 
     def render_reduce(self, i: int):
+        """Each result element sums its operand's elements in row-major order of the reduced axes."""
         n = self.nodes[i]
         (x,) = n.args
-        xshape = self.nodes[x].shape
+        x_shape = self.nodes[x].shape
         axes, keepdim = n.attr("axes"), n.attr("keepdim")
-        loop_vars, header = self.loop_nest(xshape)
-        kept_vars = [v for d, v in enumerate(loop_vars) if d not in axes]
-        out_vars = [("0" if d in axes else v) for d, v in enumerate(loop_vars)] if keepdim else kept_vars
-        out_idx = flat_index(n.shape, out_vars, len(n.shape)) if n.shape else "0"
-        self.emit(f"scalar_t v{i}[{n.size}] = {{0}};")
-        self.emit(f"{header} v{i}[{out_idx}] += {self.access(x, flat_index(xshape, loop_vars, len(xshape)))};")
+        replicated = self.declare_value(i)
 
-    def store(self, buf: str, i: int, row: str):
+        def body(loop):
+            coords, headers, out_axis = [], [], 0
+            for d, extent in enumerate(x_shape):
+                if d in axes:
+                    coords.append(f"j{d}")
+                    if extent != 1:
+                        headers.append(f"for (int64_t j{d} = 0; j{d} < {extent}; ++j{d})")
+                    out_axis += keepdim
+                else:
+                    coords.append(loop.coords[out_axis])
+                    out_axis += 1
+            term = self.access(x, flat_index(x_shape, coords, len(x_shape)))
+            return ["acc_t total = 0;", " ".join(headers + [f"total += {term};"]),
+                    f"v{i}[{self.index_in(loop, n.shape)}] = total;"]
+
+        self.for_each(n.shape, n.size, replicated, body)
+        self.sync_after(replicated)
+
+    def store(self, key: BufferKey, i: int, row: str):
         n = self.nodes[i]
-        loop_vars, header = self.loop_nest(n.shape)
-        idx = flat_index(n.shape, loop_vars, len(n.shape))
-        target = f"b{self.buffer_index[buf]}[{row} * {n.size} + {idx}]"
-        self.emit(f"{header} {target} = {self.access(i, idx)};".lstrip())
+        buf = self.buffers[key]
+        self.sizes.append(n.size)
+
+        def body(loop):
+            idx = self.index_in(loop, n.shape)
+            value = self.access(i, idx)
+            if not buf.in_compute_type:
+                value = self.d.store(value, self.dtype)
+            return [f"b{self.buffer_index[key]}[{row} * {n.size} + {idx}] = {value};"]
+
+        self.for_each(n.shape, n.size, False, body)
 
     # blocked edge loops ------------------------------------------------------------------------
     def lane_values(self, loop):
         """The per-edge values of a loop, in order, if it can run features-outer.
 
         A loop whose aggregations share one shape S, and whose per-edge values all have shape S or
-        are scalars, is rendered as blocks of BLOCK features with accumulators in registers, the
-        edges inside each block: an accumulator that lives in memory costs a load and a store per
-        edge. Returns None where any per-edge value has another shape (or reduces or reshapes)."""
+        are scalars, is rendered as blocks of features with accumulators in registers, the edges
+        inside each block: an accumulator that lives in memory costs a load and a store per edge.
+        Returns None where any per-edge value has another shape (or reduces or reshapes)."""
         if loop.edge_writes or not loop.aggs:
             return None
         shape = self.nodes[loop.aggs[0]].shape
@@ -211,9 +232,9 @@ class KernelRenderer:
             if i in seen or i in self.ready:
                 return True
             seen.add(i)
-            if self.is_row_level(i) or n.op is Op.INPUT or n.op in AGGREGATIONS:
+            if self.is_row_level(i) or n.op is Op.INPUT or n.op.kind == Kind.AGGREGATION:
                 return True  # a row value or a buffer read
-            if n.op not in C_EXPR or not all(fits(a) for a in n.args):
+            if n.op.kind != Kind.ELEMENTWISE or OPS[n.op].c is None or not all(fits(a) for a in n.args):
                 return False
             if n.shape == shape:
                 order.append(i)
@@ -223,100 +244,76 @@ class KernelRenderer:
             return None
         return order
 
-    def lane(self, i: int) -> str:
-        """Value i at feature f0 + k of a blocked loop."""
+    def lane(self, i: int, feature: str) -> str:
+        """Value i at feature `feature` of a blocked loop."""
         n = self.nodes[i]
         if n.op is Op.CONST:
-            return literal(n.attr("value"))
+            return self.d.literal(n.attr("value"), self.dtype)
         if n.shape == ():
-            return f"v{i}[0]"
-        return f"e{i}" if i in self._lanes else f"v{i}[f0 + k]"
+            return self.access(i, "0")
+        return f"e{i}" if i in self._lanes else self.access(i, feature)
 
     def render_blocked_loop(self, loop, lanes: list[int]):
         size = self.nodes[loop.aggs[0]].size
+        layout = self.d.block_layout(str(size))
         self._lanes = set(lanes)
         for a in loop.aggs:
-            self.emit(f"scalar_t v{a}[{size}];")
-        self.emit(f"for (int64_t f0 = 0; f0 < {size}; f0 += {BLOCK}) {{")
+            self.declare_value(a)
+        self.emit(f"for (int64_t f0 = 0; f0 < {size}; f0 += {layout.width}) {{")
         self.depth += 1
-        # a constant trip count for full blocks keeps the accumulators in registers
-        self.emit(f"if (f0 + {BLOCK} <= {size}) {{")
-        self.render_block(loop, lanes, str(BLOCK))
-        self.emit("} else {")
-        self.render_block(loop, lanes, f"(int)(({size}) - f0)")
-        self.emit("}")
+        for guard_open, count, guard_close in layout.variants:
+            if guard_open:
+                self.emit(guard_open)
+            self.render_block(loop, lanes, layout, count, str(size))
+            if guard_close:
+                self.emit(guard_close)
         self.depth -= 1
         self.emit("}")
         self._lanes = set()
         self.finish_aggregations(loop)
 
-    def render_block(self, loop, lanes: list[int], width: str):
+    def slot_loop(self, layout, count: str, size: str, body: list[str]):
+        self.emit(*(line.replace("WIDTH", count).replace("SIZE", size) for line in layout.slot_open))
         self.depth += 1
+        self.emit(*body)
+        self.depth -= 1
+        self.emit(*layout.slot_close)
+
+    def render_block(self, loop, lanes: list[int], layout, count: str, size: str):
+        self.depth += 1
+        f = layout.feature_var
         for a in loop.aggs:
-            start = literal(AGG_START[self.nodes[a].op])
-            self.emit(f"scalar_t acc{a}[{BLOCK}]; for (int k = 0; k < {BLOCK}; ++k) acc{a}[k] = {start};")
+            start = self.d.literal(OPS[self.nodes[a].op].start, self.dtype)
+            self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {layout.slots}; ++k) acc{a}[k] = {start};")
         outer = self.open_edge_loop()
         needed = [arg for i in lanes for arg in self.nodes[i].args] + [self.nodes[a].args[0] for a in loop.aggs]
         for arg in needed:  # buffer reads and per-edge scalars, declared per edge
             if arg not in self._lanes:
                 self.require(arg)
-        self.emit("#pragma omp simd")
-        self.emit(f"for (int k = 0; k < {width}; ++k) {{")
-        self.depth += 1
+        body = []
         for i in lanes:
-            n = self.nodes[i]
-            expr = C_EXPR[n.op].format(*(self.lane(a) for a in n.args), **dict(n.attrs))
-            self.emit(f"const scalar_t e{i} = {expr};")
+            body.append(f"const acc_t e{i} = {self.c_expr(i, [self.lane(a, f) for a in self.nodes[i].args])};")
         for a in loop.aggs:
-            self.emit(AGG_UPDATE[self.nodes[a].op].format(acc=f"acc{a}[k]", x=self.lane(self.nodes[a].args[0])))
-        self.depth -= 1
-        self.emit("}")
+            update = OPS[self.nodes[a].op].update
+            body.append(update.format(acc=f"acc{a}[k]", x=self.lane(self.nodes[a].args[0], f)))
+        self.slot_loop(layout, count, size, body)
         self.ready = outer
-        self.depth -= 1
-        self.emit("}")
-        for a in loop.aggs:
-            self.emit(f"for (int k = 0; k < {width}; ++k) v{a}[f0 + k] = acc{a}[k];")
+        self.close_edge_loop()
+        self.slot_loop(layout, count, size, [f"v{a}[{f}] = acc{a}[k];" for a in loop.aggs])
         self.depth -= 1
 
     # kernel ------------------------------------------------------------------------------------
-    def render(self) -> str:
-        direction = self.k.direction.value
-        self.emit(f"static void {self.name}(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, "
-                  f"void* const* buffers, int num_threads) {{")
-        self.depth += 1
-        for line in dim_declarations(self.symbols):
-            self.emit(line)
-        csr = 0 if self.k.direction is Space.DST else 3
-        self.emit(f"// {direction} rows, {len(self.k.loops)} loop(s) over their "
-                  f"{'in' if direction == 'dst' else 'out'}-edges")
-        self.emit(f"const int64_t* indptr = graph[{csr}]; const int64_t* nbrs = graph[{csr + 1}]; "
-                  f"const int64_t* eids = graph[{csr + 2}];")
-        for buf, k in self.buffer_index.items():
-            self.emit(f"scalar_t* b{k} = (scalar_t*)buffers[{k}];  // {buf}")
-        n_rows = "sizes[1]" if self.k.direction is Space.DST else "sizes[0]"
-        for line in self.d.row_loop(n_rows):
-            self.emit(line)
-        self.depth += 1
-        self.emit("const int64_t begin = indptr[r], end = indptr[r + 1];")
-        self.emit("(void)begin; (void)end;")
-        for loop in self.k.loops:
-            self.render_loop(loop)
-        for buf, i in self.k.row_writes:
-            self.require(i)
-            self.store(buf, i, "r")
-        self.depth -= 1
-        self.emit("}")
-        self.depth -= 1
-        self.emit("}")
-        return "\n".join(self.lines)
-
     def open_edge_loop(self) -> set[int]:
         """Start the loop over the row's edges; returns the values in scope before it."""
         self.emit("for (int64_t j = begin; j < end; ++j) {")
         self.depth += 1
-        self.emit("const int64_t nbr = nbrs[j], eid = eids[j];")
-        self.emit("(void)nbr; (void)eid;")
+        self.emit("const int64_t nbr = nbrs[j], eid = eids[j];", "(void)nbr; (void)eid;")
         return set(self.ready)
+
+    def close_edge_loop(self):
+        self.emit(*self.d.sync())  # lanes finish reading this edge's values before the next overwrites them
+        self.depth -= 1
+        self.emit("}")
 
     def render_loop(self, loop):
         sinks = [self.nodes[a].args[0] for a in loop.aggs] + [i for _, i in loop.edge_writes]
@@ -327,7 +324,7 @@ class KernelRenderer:
                 return
             seen.add(i)
             n = self.nodes[i]
-            if n.op in AGGREGATIONS:
+            if n.op.kind == Kind.AGGREGATION:
                 if self.is_row_level(i):
                     row_level.append(i)
                 return
@@ -345,69 +342,139 @@ class KernelRenderer:
             return self.render_blocked_loop(loop, lanes)
         for a in loop.aggs:
             n = self.nodes[a]
-            self.emit(f"scalar_t v{a}[{n.size}];")
-            self.emit(f"for (int i = 0; i < {n.size}; ++i) v{a}[i] = {literal(AGG_START[n.op])};")
+            replicated = self.declare_value(a)
+            start = self.d.literal(OPS[n.op].start, self.dtype)
+            self.for_each(n.shape, n.size, replicated,
+                          lambda lp, a=a: [f"v{a}[{self.index_in(lp, self.nodes[a].shape)}] = {start};"])
         outer = self.open_edge_loop()
         for a in loop.aggs:
             n = self.nodes[a]
             (x,) = n.args
             self.require(x)
-            loop_vars, header = self.loop_nest(n.shape)
-            idx = flat_index(n.shape, loop_vars, len(n.shape))
-            xs = self.access(x, flat_index(self.nodes[x].shape, loop_vars, len(n.shape)))
-            self.emit(f"{header} {{ {AGG_UPDATE[n.op].format(acc=f'v{a}[{idx}]', x=xs)} }}".lstrip())
-        for buf, i in loop.edge_writes:
+
+            def update(lp, a=a, x=x):
+                acc = f"v{a}[{self.index_in(lp, self.nodes[a].shape)}]"
+                value = self.access(x, self.index_in(lp, self.nodes[x].shape))
+                return [OPS[self.nodes[a].op].update.format(acc=acc, x=value)]
+
+            self.for_each(n.shape, n.size, self.replicated[a], update)
+        for key, i in loop.edge_writes:
             self.require(i)
-            self.store(buf, i, "eid")
+            self.store(key, i, "eid")
         self.ready = outer  # per-edge values go out of scope
-        self.depth -= 1
-        self.emit("}")
+        self.close_edge_loop()
         self.finish_aggregations(loop)
 
     def finish_aggregations(self, loop):
         for a in loop.aggs:
             n = self.nodes[a]
             if n.op is not Op.AGG_SUM:  # over no neighbours max and min are 0, as in PyG
-                self.emit(f"if (begin == end) for (int i = 0; i < {n.size}; ++i) v{a}[i] = 0;")
+                self.emit("if (begin == end) {")
+                self.depth += 1
+                self.for_each(n.shape, n.size, self.replicated[a],
+                              lambda lp, a=a: [f"v{a}[{self.index_in(lp, self.nodes[a].shape)}] = 0;"])
+                self.depth -= 1
+                self.emit("}")
             self.ready.add(a)
+        if any(not self.replicated[a] for a in loop.aggs):
+            self.emit(*self.d.sync())
+
+    def render(self) -> tuple[str, str, str, str]:
+        """(source, rows C expression, scratch elements per row, widest value) of the kernel."""
+        dst = self.k.direction is Space.DST
+        self.depth = 1
+        self.emit("const int64_t begin = indptr[r], end = indptr[r + 1];", "(void)begin; (void)end;")
+        for loop in self.k.loops:
+            self.render_loop(loop)
+        for key, i in self.k.row_writes:
+            self.require(i)
+            self.store(key, i, "r")
+        body, self.lines, self.depth = self.lines, [], 0
+        n_rows = "p.num_dst" if dst else "p.num_src"
+        csr = 0 if dst else 3
+        self.emit(*self.d.kernel_open(self.name, self.params))
+        self.depth = 1
+        self.emit(f"// {'dst' if dst else 'src'} rows, {len(self.k.loops)} loop(s) over their "
+                  f"{'in' if dst else 'out'}-edges")
+        self.emit(*dim_declarations(symbols_of(b.shape for b in self.s.buffers), "p.dims"))
+        self.emit(f"const int64_t* __restrict__ indptr = p.graph[{csr}];",
+                  f"const int64_t* __restrict__ nbrs = p.graph[{csr + 1}];",
+                  f"const int64_t* __restrict__ eids = p.graph[{csr + 2}];",
+                  f"const int64_t* __restrict__ order = p.graph[{6 if dst else 7}];", "(void)order;")
+        for key, k in self.buffer_index.items():
+            ctype = self.c_type(self.buffers[key])
+            self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
+        self.emit(*self.d.row_loop_open(n_rows, "order", bool(self.scratch_sizes)))
+        self.lines.extend("  " + line for line in body)
+        self.emit(*self.d.row_loop_close())
+        self.depth = 0
+        self.emit("}")
+        scratch = " + ".join(f"({s})" for s in self.scratch_sizes) or "0"
+        return "\n".join(self.lines), n_rows, scratch, c_max(sorted({str(s) for s in self.sizes}))
 
 
-def dim_declarations(symbols: list[str]) -> list[str]:
+def dim_declarations(symbols: list[str], source: str) -> list[str]:
     """The run-time sizes of a shape-generic kernel, by name."""
-    return [f"const int64_t {sym} = dims[{int(sym[1:])}]; (void){sym};" for sym in symbols]
+    return [f"const int64_t {sym} = {source}[{int(sym[1:])}]; (void){sym};" for sym in symbols]
 
 
-def render_program(schedules: dict[str, Schedule], dialect, dtype: str, prefix: str = "") -> str:
-    """C source for several scheduled programs (forward and backward): kernels and entry points.
+def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str, prefix: str = "") -> str:
+    """Source for several scheduled programs (forward and backward) of one dtype: kernels and entries.
 
-    Each entry is `int seastar_<prefix><name>(sizes, dims, graph, buffers, numels, num_threads)`: it
-    checks every buffer's element count against the sizes (and the run-time dims of shape-generic
-    kernels), returns 1 + the index of the first wrong one (0 if all are right), then runs its
-    kernels in order. `prefix` keeps many programs apart in one translation unit.
+    Each entry is `int seastar_<prefix><name>(sizes, dims, graph, buffers, numels, num_threads, stream)`:
+    it checks every buffer's element count against the sizes (and the run-time dims of shape-generic
+    kernels) and returns 1 + the index of the first wrong one; else it runs its kernels in order and
+    returns 0, or a negative code whose message `seastar_<prefix>last_error()` returns. `prefix` keeps
+    many programs apart in one translation unit.
     """
     symbols = symbols_of(b.shape for sched in schedules.values() for b in sched.buffers)
-    # a namespace per program, so that many (of either dtype) can share one translation unit
-    parts = [dialect.preamble, f"namespace seastar_{prefix or 'program'} {{", f"typedef {C_TYPES[dtype]} scalar_t;", ""]
+    namespace = f"seastar_{prefix or 'program'}"
+    # a namespace per program, so that many (of any dtype) can share one translation unit
+    parts = [dialect.preamble(dtype), f"namespace {namespace} {{", *dialect.types(dtype), "",
+             # not thread_local: emulated CUDA kernels run in fibers whose thread-local storage is reset
+             "static const char* last_error = \"\";",
+             "static int seastar_fail(int code, const char* message) { last_error = message; return code; }", ""]
     for name, sched in schedules.items():
-        buffer_index = {b.name: k for k, b in enumerate(sched.buffers)}
-        calls = []
+        buffer_index = {b.key: k for k, b in enumerate(sched.buffers)}
+        params = f"{name}_params"
+        parts += [f"struct {params} {{",
+                  "  int64_t num_src, num_dst, num_edges;",
+                  f"  int64_t dims[{max(len(symbols), 1)}];",
+                  f"  const int64_t* graph[{GRAPH_SLOTS}];",
+                  f"  void* buffers[{max(len(sched.buffers), 1)}];",
+                  "  acc_t* scratch;  // the CPU's per-thread rows of scratch",
+                  "  int64_t scratch_per_row;  // elements of scratch one row uses",
+                  "  int num_threads;",
+                  "  int lanes;  // threads per row",
+                  "};", ""]
+        kernels = []
         for k, kern in enumerate(sched.kernels):
             kernel_name = f"{prefix}{name}_kernel{k}"
-            parts.append(KernelRenderer(sched, kern, kernel_name, dialect, buffer_index, symbols).render())
-            parts.append("")
-            calls.append(f"  {kernel_name}(sizes, dims, graph, buffers, num_threads);")
+            source, n_rows, scratch, widest = KernelRenderer(sched, kern, kernel_name, dialect, dtype, buffer_index,
+                                                             params).render()
+            parts += [source, ""]
+            kernels.append((kernel_name, n_rows, scratch, widest))
         checks = []
         for k, b in enumerate(sched.buffers):
-            rows = {Space.SRC: "sizes[0]", Space.DST: "sizes[1]", Space.EDGE: "sizes[2]", Space.PARAM: "1"}[b.space]
-            # generated:   if (numels[k] != rows * size) return k + 1;  // name
-            checks.append(f"  if (numels[{k}] != {rows} * {size_expr(b.shape)}) return {k + 1};  // {b.name}")
-        parts.append(f"{dialect.exported}int seastar_{prefix}{name}(const int64_t* sizes, const int64_t* dims, "
-                     f"const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads) {{")
-        parts.extend("  " + line for line in dim_declarations(symbols))
-        parts.extend(checks)
-        parts.extend(calls)
-        parts.append("  return 0;")
-        parts.append("}")
-        parts.append("")
-    parts.append("}  // namespace")
+            rows = {Space.SRC: "sizes[0]", Space.DST: "sizes[1]", Space.EDGE: "sizes[2]", Space.PARAM: "1"}[b.rows]
+            # generated:   if (numels[k] != rows * size) return k + 1;  // key [shape]
+            # (the shape in the comment makes two interfaces with the same arithmetic two sources, two ops)
+            checks.append(f"  if (numels[{k}] != {rows} * {size_expr(b.shape)}) return {k + 1};  // {b.key!r} "
+                          f"{list(b.shape)}")
+        parts.append(f'extern "C" int seastar_{prefix}{name}(const int64_t* sizes, const int64_t* dims, '
+                     f"const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, "
+                     f"void* stream) {{")
+        parts += ["  " + line for line in dim_declarations(symbols, "dims")]
+        parts += checks
+        parts += [f"  {params} p;",
+                  "  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];",
+                  f"  for (int k = 0; k < {len(symbols)}; ++k) p.dims[k] = dims[k];",
+                  f"  for (int k = 0; k < {GRAPH_SLOTS}; ++k) p.graph[k] = graph[k];",
+                  f"  for (int k = 0; k < {len(sched.buffers)}; ++k) p.buffers[k] = buffers[k];",
+                  "  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;",
+                  "  (void)stream;"]
+        parts += ["  " + line for line in dialect.run_kernels(kernels, params)]
+        parts += ["}", ""]
+    parts += [f'extern "C" const char* seastar_{prefix}last_error() {{ return last_error; }}', "",
+              f"}}  // namespace {namespace}"]
     return "\n".join(parts)

@@ -17,15 +17,14 @@ from typing import Any
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..errors import IRError
 from ..ir import Builder, Op, Space
-from ..ir.ops import BINARY, PYTHON_EVAL
-from ..ir.program import Program, normalize_axes
+from ..ir.ops import OPS, OpDef
+from ..ir.program import BufferKey, Program, Role, normalize_axes
 from .source import Source, get_source
 
-DEGREE_INPUT = "#in_degree"  # len(v.innbs): the runtime passes the graph's in-degrees
+DEGREE = BufferKey(Role.DEGREE, "in_degree", Space.DST)  # len(v.innbs): the runtime passes the in-degrees
 
 
 # abstract values -------------------------------------------------------------------------------
@@ -154,20 +153,11 @@ def lookup_name(fn, name: str):
     return getattr(builtins, name, _MISSING)
 
 
-# what the language accepts from torch, by object, so any alias works --------------------------------
-TORCH_UNARY = {
-    torch.exp: Op.EXP, torch.log: Op.LOG, torch.sqrt: Op.SQRT, torch.abs: Op.ABS,
-    torch.sigmoid: Op.SIGMOID, torch.tanh: Op.TANH, torch.relu: Op.RELU, torch.neg: Op.NEG,
-    torch.reciprocal: Op.RECIP, F.relu: Op.RELU, F.sigmoid: Op.SIGMOID, F.tanh: Op.TANH,
-}
-TORCH_BINARY = {torch.maximum: Op.MAXIMUM, torch.minimum: Op.MINIMUM, torch.pow: Op.POW}
-METHOD_UNARY = {
-    "exp": Op.EXP, "log": Op.LOG, "sqrt": Op.SQRT, "abs": Op.ABS, "sigmoid": Op.SIGMOID,
-    "tanh": Op.TANH, "relu": Op.RELU, "neg": Op.NEG, "reciprocal": Op.RECIP,
-}
-STATELESS_MODULES = {nn.ReLU: Op.RELU, nn.Sigmoid: Op.SIGMOID, nn.Tanh: Op.TANH}
-BINOPS = {ast.Add: Op.ADD, ast.Sub: Op.SUB, ast.Mult: Op.MUL, ast.Div: Op.DIV, ast.Pow: Op.POW}
-CMPOPS = {ast.Lt: Op.LT, ast.LtE: Op.LE, ast.Gt: Op.GT, ast.GtE: Op.GE, ast.Eq: Op.EQ, ast.NotEq: Op.NE}
+# how the language spells ops, read off their definitions (functions by object, so any alias works) -
+FUNCTIONS: dict[Any, OpDef] = {fn: d for d in OPS.values() for fn in d.functions}
+METHODS: dict[str, OpDef] = {m: d for d in OPS.values() for m in d.methods}
+MODULES: dict[type, OpDef] = {t: d for d in OPS.values() for t in d.modules}
+OPERATORS: dict[type, Op] = {o: d.op for d in OPS.values() for o in d.operators}
 MATH_FUNCTIONS = {getattr(math, n) for n in dir(math) if callable(getattr(math, n))}
 MAX_INLINE_DEPTH = 16
 
@@ -175,6 +165,14 @@ MAX_INLINE_DEPTH = 16
 class _Return(Exception):
     def __init__(self, value):
         self.value = value
+
+
+def _hashable(obj) -> bool:
+    try:
+        hash(obj)
+    except TypeError:
+        return False
+    return True
 
 
 def _bind(what: str, args: list, kwargs: dict, names: list[str], defaults: dict) -> list:
@@ -309,14 +307,14 @@ class Lowering(ast.NodeVisitor):
             self.ctx.facts.append((path, signature_of(obj)))
             name = ".".join(path).replace(".@.", "@")
             self.ctx.params[name] = path
-            return Value(self.b.input(name, Space.PARAM, tuple(obj.shape)))
+            return Value(self.b.input(BufferKey(Role.PARAM, name, Space.PARAM), tuple(obj.shape)))
         if isinstance(obj, (bool, int, float)):
             self.ctx.facts.append((path, signature_of(obj)))
             return obj
-        if isinstance(obj, (nn.Module, types.FunctionType)):
+        if isinstance(obj, (nn.Module, types.ModuleType)) or callable(obj):
+            # every name the program reads guards the cached kernel: rebinding it (F = torch.exp, then
+            # F = torch.log) must not reuse the kernel built for the old binding
             self.ctx.facts.append((path, signature_of(obj)))
-            return EnvRef(obj, path)
-        if isinstance(obj, types.ModuleType) or callable(obj):
             return EnvRef(obj, path)
         raise IRError(f"{text} is a {type(obj).__name__}, which a vertex program cannot use "
                       "(expected a tensor, a number, a function or a module)")
@@ -354,7 +352,7 @@ class Lowering(ast.NodeVisitor):
             passed = ", ".join(sorted(self.ctx.specs)) or "none"
             raise IRError(f"{text} reads feature {name!r}, which was not passed (features passed: {passed})")
         self.ctx.features[(name, space)] = spec.shape
-        return Value(self.b.input(name, space, spec.shape))
+        return Value(self.b.input(BufferKey(Role.FEATURE, name, space), spec.shape))
 
     def visit_Subscript(self, node):
         base = self.visit(node.value)
@@ -409,14 +407,17 @@ class Lowering(ast.NodeVisitor):
     def visit_BinOp(self, node):
         return self.binop(node, node.op, self.visit(node.left), self.visit(node.right))
 
+    def is_degree(self, x) -> bool:
+        return isinstance(x, Value) and self.b.node(x.id).attr("key") == DEGREE
+
     def binop(self, node, op_node, left, right):
-        op = BINOPS.get(type(op_node))
+        op = OPERATORS.get(type(op_node))
         if op is None:
             symbol = {ast.MatMult: "@", ast.FloorDiv: "//", ast.Mod: "%", ast.LShift: "<<", ast.RShift: ">>",
                       ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}.get(type(op_node), type(op_node).__name__)
             hint = "; apply matrix products outside the program, on whole tensors" if symbol == "@" else ""
             raise IRError(f"unsupported operator {symbol} in a vertex program{hint}")
-        if op is Op.DIV and isinstance(right, Value) and self.b.node(right.id).attr("name") == DEGREE_INPUT:
+        if op is Op.DIV and self.is_degree(right):
             # a mean over no neighbours is 0, as in PyG, rather than 0 / 0
             nonempty = self.elementwise(Op.GT, [right, 0])
             ratio = self.elementwise(Op.DIV, [left, self.elementwise(Op.WHERE, [nonempty, right, 1])])
@@ -443,7 +444,7 @@ class Lowering(ast.NodeVisitor):
     def visit_Compare(self, node):
         if len(node.ops) != 1:
             raise IRError("chained comparisons are not supported; combine masks with *")
-        op = CMPOPS.get(type(node.ops[0]))
+        op = OPERATORS.get(type(node.ops[0]))
         if op is None:
             raise IRError(f"unsupported comparison {type(node.ops[0]).__name__}")
         return self.elementwise(op, [self.visit(node.left), self.visit(node.comparators[0])])
@@ -474,12 +475,16 @@ class Lowering(ast.NodeVisitor):
 
     def elementwise(self, op: Op, operands: list, **attrs):
         if all(isinstance(x, (bool, int, float)) for x in operands):
+            python = OPS[op].python
+            if python is None:  # as torch itself: its functions take tensors
+                raise IRError(f"{op.value} expects a tensor, got only numbers {operands}; use the math module on "
+                              "numbers")
             try:
-                return PYTHON_EVAL[op](*operands, **attrs)  # Python numbers stay Python numbers
+                return python(*operands)  # Python numbers stay Python numbers, with Python's meaning
             except (ArithmeticError, ValueError) as e:
                 raise IRError(f"constant expression fails in Python: {e}") from None
         ids = self.align([self.operand(x) for x in operands])
-        if op in BINARY:  # through the builder's exact identities (x * 1, x + 0, ...)
+        if OPS[op].arity == 2:  # through the builder's exact identities (x * 1, x + 0, ...)
             return Value(self.b.binary(op, *ids))
         return Value(self.b.emit(op, ids, **attrs))
 
@@ -495,7 +500,7 @@ class Lowering(ast.NodeVisitor):
             n = self.b.node(i)
             if n.space is Space.PARAM and len(n.shape) > vertex_rank:
                 if len(n.shape) != vertex_rank + 1 or n.shape[0] != 1:
-                    name = n.attr("name") or "a closed-over tensor"
+                    name = n.attr("key").name
                     raise IRError(f"{name} of shape {list(n.shape)} cannot broadcast against per-vertex values with "
                                   f"{vertex_rank} feature axes: its leading axis is the vertex axis and must be 1")
                 i = self.b.reshape(i, n.shape[1:])
@@ -532,26 +537,12 @@ class Lowering(ast.NodeVisitor):
             raise IRError(f"{name} is {self.describe(func)}, which cannot be called")
         obj = func.obj
         if obj in (builtins.sum, builtins.max, builtins.min, builtins.len, builtins.range, builtins.zip,
-                   builtins.abs, builtins.float, builtins.int):
+                   builtins.float, builtins.int):
             return self.call_builtin(obj, name, args, kwargs)
-        if obj in TORCH_UNARY:
-            (x,) = _bind(name, args, kwargs, ["input"], {})
-            if isinstance(x, (bool, int, float)):  # as torch itself: these take tensors
-                raise IRError(f"{name} expects a tensor, got the number {x!r}; use the math module on numbers")
-            return self.elementwise(TORCH_UNARY[obj], [x])
-        if obj in TORCH_BINARY:
-            a, b = _bind(name, args, kwargs, ["input", "other"], {})
-            return self.elementwise(TORCH_BINARY[obj], [a, b])
-        if obj is torch.where:
-            c, a, b = _bind(name, args, kwargs, ["condition", "input", "other"], {})
-            return self.elementwise(Op.WHERE, [c, a, b])
-        if obj is F.leaky_relu:
-            x, slope, _ = _bind(name, args, kwargs, ["input", "negative_slope", "inplace"],
-                                {"negative_slope": 0.01, "inplace": False})
-            return self.elementwise(Op.LEAKY_RELU, [x], slope=float(self.number(slope, "negative_slope")))
-        if obj is F.elu:
-            x, alpha, _ = _bind(name, args, kwargs, ["input", "alpha", "inplace"], {"alpha": 1.0, "inplace": False})
-            return self.elementwise(Op.ELU, [x], alpha=float(self.number(alpha, "alpha")))
+        if _hashable(obj) and obj in FUNCTIONS:
+            d = FUNCTIONS[obj]
+            values = _bind(name, args, kwargs, list(d.params), d.defaults)
+            return self.apply(d, values, dict(zip(d.params, values)), name)
         if obj in (torch.sum, torch.mean, torch.unsqueeze, torch.squeeze):
             if not args or not isinstance(args[0], Value):
                 raise IRError(f"{name} expects a tensor as its first argument")
@@ -602,35 +593,33 @@ class Lowering(ast.NodeVisitor):
         if fn is builtins.len:
             (x,) = args
             if isinstance(x, (Hood, HoodList)):
-                return Value(self.b.input(DEGREE_INPUT, Space.DST, ()))
+                return Value(self.b.input(DEGREE, ()))
             if isinstance(x, tuple):
                 return len(x)
             raise IRError(f"len() of {self.describe(x)} is not supported")
         if fn is builtins.range:
-            if len(args) == 1 and isinstance(args[0], Value) and self.b.node(args[0].id).attr("name") == DEGREE_INPUT:
+            if len(args) == 1 and self.is_degree(args[0]):
                 return HoodRange()
             raise IRError("range() in a vertex program must be range(len(<per-neighbour list>))")
         if fn is builtins.zip:
             if not args or not all(isinstance(a, HOOD_SEQUENCES) for a in args):
                 raise IRError("zip() takes per-neighbour lists and v.innbs / v.inedges")
             return Zipped(tuple(args))
-        if fn is builtins.abs:
-            (x,) = args
-            return self.elementwise(Op.ABS, [x])
         (x,) = args
         return fn(self.number(x, f"the argument of {name}()"))
 
+    def apply(self, d: OpDef, values: list, bound: dict, name: str):
+        """An op spelled as a function or method: operands first, then number-valued attributes."""
+        attrs = {attr: float(self.number(bound[param], param)) for param, attr in d.attr_params.items()}
+        return self.elementwise(d.op, values[:d.arity], **attrs)
+
     def call_module(self, module, name, args, kwargs):
         kind = type(module)
-        if kind is nn.LeakyReLU:
-            (x,) = _bind(name, args, kwargs, ["input"], {})
-            return self.elementwise(Op.LEAKY_RELU, [x], slope=float(module.negative_slope))
-        if kind is nn.ELU:
-            (x,) = _bind(name, args, kwargs, ["input"], {})
-            return self.elementwise(Op.ELU, [x], alpha=float(module.alpha))
-        if kind in STATELESS_MODULES:
-            (x,) = _bind(name, args, kwargs, ["input"], {})
-            return self.elementwise(STATELESS_MODULES[kind], [x])
+        if kind in MODULES:
+            d = MODULES[kind]
+            operands = _bind(name, args, kwargs, ["input"], {})
+            attrs = {attr: float(getattr(module, field)) for attr, field in d.modules[kind].items()}
+            return self.elementwise(d.op, operands, **attrs)
         if kind is nn.Identity:
             (x,) = _bind(name, args, kwargs, ["input"], {})
             return x
@@ -640,9 +629,10 @@ class Lowering(ast.NodeVisitor):
     def call_method(self, method: BoundMethod, args, kwargs):
         x, m = method.value, method.name
         what = f".{m}()"
-        if m in METHOD_UNARY:
-            _bind(what, args, kwargs, [], {})
-            return self.elementwise(METHOD_UNARY[m], [x])
+        if m in METHODS:
+            d = METHODS[m]
+            values = [x] + _bind(what, args, kwargs, list(d.params[1:]), d.defaults)
+            return self.apply(d, values, dict(zip(d.params, values)), what)
         shape = self.b.node(x.id).shape
         if m in ("sum", "mean"):
             dim, keepdim = _bind(what, args, kwargs, ["dim", "keepdim"], {"dim": None, "keepdim": False})
@@ -680,9 +670,6 @@ class Lowering(ast.NodeVisitor):
                 known = math.prod(d for d in dims if d != -1)
                 dims[dims.index(-1)] = math.prod(shape) // known if known else 0
             return Value(self.b.reshape(x.id, tuple(dims)))
-        if m == "pow":
-            (p,) = _bind(what, args, kwargs, ["exponent"], {})
-            return self.elementwise(Op.POW, [x, p])
         raise IRError(f"unsupported method .{m}() in a vertex program")
 
     def inline(self, ref: EnvRef, name, args, kwargs):
@@ -737,5 +724,5 @@ def lower(fn, specs: dict[str, FeatureSpec]) -> Lowered:
             detail = top.describe(r) if not isinstance(r, Value) else f"a {ctx.builder.node(r.id).space.value} value"
             raise source.error(where, f"result {k} of {tree.name} is {detail}; a vertex program returns per-vertex "
                                       "tensors that depend on the vertex (aggregate neighbour values with sum/max/min)")
-        outputs.append((f"out{k}", r.id))
+        outputs.append((BufferKey(Role.OUTPUT, f"out{k}", Space.DST), r.id))
     return Lowered(ctx.builder.program(outputs), ctx.features, ctx.params, ctx.facts, returns_tuple)

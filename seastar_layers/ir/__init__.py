@@ -1,4 +1,4 @@
-from .ops import Op, Space
-from .program import Builder, Node, Program, verify
+from .ops import OPS, Kind, Op, Space
+from .program import Builder, BufferKey, Node, Program, Role, verify
 
-__all__ = ["Op", "Space", "Builder", "Node", "Program", "verify"]
+__all__ = ["OPS", "Kind", "Op", "Space", "Builder", "BufferKey", "Node", "Program", "Role", "verify"]

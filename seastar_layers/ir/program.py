@@ -1,12 +1,13 @@
 """SSA programs: frozen nodes, a hash-consing builder that infers spaces and shapes, a verifier."""
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import IRError, SourceLocation
-from .ops import AGGREGATIONS, BINARY, ELEMENTWISE, PYTHON_EVAL, UNARY, Op, Space, join_spaces
+from .ops import OPS, Kind, Op, Space, fold, join_spaces
 
 Shape = tuple  # of ints, and of symbols "s0", "s1", ... for dims fixed only at run time (shape-generic kernels)
 
@@ -30,6 +31,37 @@ def size_expr(shape):
 
 def symbols_of(shapes) -> list[str]:
     return sorted({d for shape in shapes for d in shape if is_symbol(d)}, key=lambda d: int(d[1:]))
+
+
+class Role(enum.Enum):
+    """What a program input or output is to the runtime that binds it."""
+
+    FEATURE = "feature"  # a tensor the caller passes, one row per vertex or edge
+    PARAM = "param"  # a closed-over tensor, or a parameter expression hoisted out of the kernel
+    DEGREE = "degree"  # the graph's in-degrees, for len(v.innbs)
+    OUTPUT = "output"  # a result of the program
+    SAVED = "saved"  # a forward value the backward reads instead of recomputing it
+    ADJOINT = "adjoint"  # the gradient arriving at a forward output (a backward input)
+    GRADIENT = "gradient"  # the gradient of a forward input (a backward output)
+    TEMP = "temp"  # a value passed between the kernels of one program
+
+
+@dataclass(frozen=True)
+class BufferKey:
+    """The identity of a program input or output, from the frontend through the schedule to the runtime.
+
+    name: the feature, parameter or output it belongs to (a forward node id for SAVED and TEMP).
+    space: its rows (one per source or destination vertex, per edge; PARAM: one row).
+    bucket: for the gradient of a parameter, the rows whose per-row partial sums it holds."""
+
+    role: Role
+    name: str
+    space: Space
+    bucket: Space | None = None
+
+    def __repr__(self) -> str:
+        bucket = f"/{self.bucket.value}" if self.bucket else ""
+        return f"{self.role.value}:{self.name}@{self.space.value}{bucket}"
 
 
 @dataclass(frozen=True)
@@ -60,7 +92,7 @@ class Program:
     """nodes in topological order (a node's args come before it); outputs name node ids."""
 
     nodes: tuple[Node, ...]
-    outputs: tuple[tuple[str, int], ...]
+    outputs: tuple[tuple[BufferKey, int], ...]
 
     def inputs(self) -> list[tuple[int, Node]]:
         return [(i, n) for i, n in enumerate(self.nodes) if n.op is Op.INPUT]
@@ -74,7 +106,7 @@ class Program:
 
     def __str__(self) -> str:
         lines = [f"  %{i} = {n}" for i, n in enumerate(self.nodes)]
-        lines += [f"  return {name} = %{i}" for name, i in self.outputs]
+        lines += [f"  return {key!r} = %{i}" for key, i in self.outputs]
         return "\n".join(lines)
 
 
@@ -100,7 +132,8 @@ def normalize_axes(axes, ndim: int) -> tuple[int, ...]:
 
 def infer(op: Op, args: list[Node], attrs: dict) -> tuple[Space, Shape]:
     """Space and feature shape of a new node; raises IRError with a message for the user."""
-    if op in ELEMENTWISE:
+    kind = OPS[op].kind
+    if kind == Kind.ELEMENTWISE:
         shape: Shape = ()
         for a in args:
             shape = broadcast_shapes(shape, a.shape)
@@ -118,7 +151,7 @@ def infer(op: Op, args: list[Node], attrs: dict) -> tuple[Space, Shape]:
         if broadcast_shapes(x.shape, attrs["shape"]) != tuple(attrs["shape"]):
             raise IRError(f"cannot broadcast shape {list(x.shape)} to {list(attrs['shape'])}")
         return x.space, tuple(attrs["shape"])
-    if op in AGGREGATIONS:
+    if kind == Kind.AGGREGATION:
         return Space(attrs["to"]), x.shape
     raise IRError(f"no shape rule for {op.name}")
 
@@ -138,12 +171,8 @@ class Builder:
         """Append (or find) a node. `typed` gives the space and shape of inputs; others are inferred."""
         args = tuple(args)
         arg_nodes = [self.nodes[a] for a in args]
-        if op in ELEMENTWISE and args and all(n.op is Op.CONST for n in arg_nodes):
-            try:
-                value = PYTHON_EVAL[op](*(n.attr("value") for n in arg_nodes), **attrs)
-            except (ArithmeticError, ValueError):
-                value = math.nan
-            return self.const(value)
+        if op.kind == Kind.ELEMENTWISE and args and all(n.op is Op.CONST for n in arg_nodes):
+            return self.const(fold(op, [n.attr("value") for n in arg_nodes], attrs))
         space, shape = typed if typed is not None else infer(op, arg_nodes, attrs)
         node = Node(op, args, space, tuple(shape), tuple(sorted(attrs.items())), self.loc)
         found = self._index.get(node)
@@ -154,8 +183,8 @@ class Builder:
         return len(self.nodes) - 1
 
     # constructors -----------------------------------------------------------------------------
-    def input(self, name: str, space: Space, shape: Shape) -> int:
-        return self.emit(Op.INPUT, (), (space, tuple(shape)), name=name)
+    def input(self, key: BufferKey, shape: Shape) -> int:
+        return self.emit(Op.INPUT, (), (key.space, tuple(shape)), key=key)
 
     def const(self, value: float) -> int:
         return self.emit(Op.CONST, (), (Space.CONST, ()), value=float(value))
@@ -165,11 +194,11 @@ class Builder:
         return n.op is Op.CONST and (value is None or n.attr("value") == value)
 
     def unary(self, op: Op, x: int, **attrs) -> int:
-        assert op in UNARY, op
+        assert op.kind == Kind.ELEMENTWISE and OPS[op].arity == 1, op
         return self.emit(op, (x,), **attrs)
 
     def binary(self, op: Op, a: int, b: int) -> int:
-        assert op in BINARY, op
+        assert op.kind == Kind.ELEMENTWISE and OPS[op].arity == 2, op
         # exact identities only: x*1, x+0, x-0, x/1
         if op is Op.MUL and self.is_const(b, 1.0) or op in (Op.ADD, Op.SUB) and self.is_const(b, 0.0):
             return a  # the dropped operand is a scalar constant, so the shape is a's
@@ -265,7 +294,7 @@ def verify(prog: Program, stage: str = "") -> None:
         if any(a >= i for a in n.args):
             fail(f"%{i} uses a later value")
         if n.op is Op.INPUT:
-            key = (n.attr("name"), n.space)
+            key = n.attr("key")
             if key in seen_inputs:
                 fail(f"input {key} declared twice")
             seen_inputs.add(key)
@@ -281,6 +310,8 @@ def verify(prog: Program, stage: str = "") -> None:
             fail(f"%{i}: {e}")
         if (space, shape) != (n.space, n.shape):
             fail(f"%{i} is {n.space}{list(n.shape)} but its op gives {space}{list(shape)}")
-    for name, i in prog.outputs:
+    for key, i in prog.outputs:
+        if not isinstance(key, BufferKey):
+            fail(f"output {key!r} is not named by a BufferKey")
         if not 0 <= i < len(prog.nodes):
-            fail(f"output {name} names no node")
+            fail(f"output {key!r} names no node")

@@ -12,35 +12,118 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ir import Builder, Op, Program, Space
-
-GRAD_RULES = {}
-
-
-def grad_rule(*ops):
-    def register(fn):
-        for op in ops:
-            GRAD_RULES[op] = fn
-        return fn
-
-    return register
-
-
-GRAD_PREFIX = "#grad:"
-SAVED_PREFIX = "#saved:"
+from ..ir import OPS, Builder, BufferKey, Kind, Op, Program, Role, Space
 
 
 @dataclass(frozen=True)
 class Backward:
-    program: Program  # outputs: see grad_output_name
-    saved: tuple[int, ...]  # forward node ids the forward must also output
+    program: Program  # outputs: one GRADIENT per differentiable forward input (see gradient_key)
+    saved: tuple[int, ...]  # forward node ids the forward must also output (as SAVED)
 
 
-def grad_output_name(input_name: str, space: Space, bucket: Space | None = None) -> str:
-    """Output of the backward program holding the gradient of one forward input node.
+def gradient_key(input_key: BufferKey, bucket: Space | None = None) -> BufferKey:
+    """The backward output holding the gradient of one forward input.
 
     A parameter's gradient comes as per-row partial sums, one output per row space (bucket)."""
-    return f"d{input_name}@{space.value}" + (f"/{bucket.value}" if bucket else "")
+    return BufferKey(Role.GRADIENT, input_key.name, input_key.space, bucket)
+
+
+def saved_key(fwd: Program, i: int) -> BufferKey:
+    return BufferKey(Role.SAVED, str(i), fwd.nodes[i].space)
+
+
+def adjoint_key(output_key: BufferKey) -> BufferKey:
+    return BufferKey(Role.ADJOINT, output_key.name, output_key.space)
+
+
+class Expr:
+    """A value of the backward program under construction; arithmetic on it emits IR in the
+    canonical forms the later passes expect (a - b as a + -b, a / b as a * recip(b))."""
+
+    __slots__ = ("b", "id")
+
+    def __init__(self, b: Builder, id: int):
+        self.b, self.id = b, id
+
+    def lift(self, x) -> "Expr":
+        return x if isinstance(x, Expr) else Expr(self.b, self.b.const(float(x)))
+
+    def __add__(self, o):
+        return Expr(self.b, self.b.add(self.id, self.lift(o).id))
+
+    def __radd__(self, o):
+        return self.lift(o) + self
+
+    def __neg__(self):
+        return Expr(self.b, self.b.neg(self.id))
+
+    def __sub__(self, o):
+        return self + (-self.lift(o))
+
+    def __rsub__(self, o):
+        return self.lift(o) + (-self)
+
+    def __mul__(self, o):
+        return Expr(self.b, self.b.mul(self.id, self.lift(o).id))
+
+    def __rmul__(self, o):
+        return self.lift(o) * self
+
+    def __truediv__(self, o):
+        return self * Expr(self.b, self.b.recip(self.lift(o).id))
+
+    def __rtruediv__(self, o):
+        return self.lift(o) * Expr(self.b, self.b.recip(self.id))
+
+    def __gt__(self, o):
+        return Expr(self.b, self.b.binary(Op.GT, self.id, self.lift(o).id))
+
+    def __lt__(self, o):
+        return Expr(self.b, self.b.binary(Op.LT, self.id, self.lift(o).id))
+
+
+class RuleContext:
+    """What a gradient rule (ir/ops.py) sees of one forward node: its adjoint, primals and attributes."""
+
+    def __init__(self, ad: "Autodiff", i: int, g: int):
+        self.ad, self.i, self.node = ad, i, ad.fwd.nodes[i]
+        self.g = Expr(ad.b, g)
+
+    def arg(self, k: int) -> Expr:
+        return Expr(self.ad.b, self.ad.primal(self.node.args[k]))
+
+    @property
+    def out(self) -> Expr:
+        return Expr(self.ad.b, self.ad.primal(self.i))
+
+    def attr(self, name: str):
+        return self.node.attr(name)
+
+    def arg_shape(self, k: int):
+        return self.ad.fwd.nodes[self.node.args[k]].shape
+
+    def is_const(self, k: int) -> bool:
+        return self.ad.fwd.nodes[self.node.args[k]].op is Op.CONST
+
+    def op(self, op: Op, *args, **attrs) -> Expr:
+        ids = [self.g.lift(a).id for a in args]
+        b = self.ad.b
+        return Expr(b, b.binary(op, *ids) if OPS[op].arity == 2 and not attrs else b.emit(op, ids, **attrs))
+
+    def where(self, cond, a, b) -> Expr:
+        return self.op(Op.WHERE, cond, a, b)
+
+    def exp(self, x) -> Expr:
+        return self.op(Op.EXP, x)
+
+    def reshape(self, x: Expr, shape) -> Expr:
+        return Expr(self.ad.b, self.ad.b.reshape(x.id, shape))
+
+    def broadcast(self, x: Expr, shape) -> Expr:
+        return Expr(self.ad.b, self.ad.b.broadcast(x.id, shape))
+
+    def aggregate(self, op: Op, x: Expr, to: Space) -> Expr:
+        return Expr(self.ad.b, self.ad.b.aggregate(op, x.id, to))
 
 
 class Autodiff:
@@ -56,12 +139,12 @@ class Autodiff:
             return self._primal[i]
         n = self.fwd.nodes[i]
         if n.op is Op.INPUT:
-            out = self.b.input(n.attr("name"), n.space, n.shape)
+            out = self.b.input(n.attr("key"), n.shape)
         elif n.op is Op.CONST:
             out = self.b.const(n.attr("value"))
-        elif n.op in (Op.AGG_SUM, Op.AGG_MAX, Op.AGG_MIN):
+        elif n.op.kind == Kind.AGGREGATION:
             self.saved.append(i)
-            out = self.b.input(f"{SAVED_PREFIX}{i}", n.space, n.shape)
+            out = self.b.input(saved_key(self.fwd, i), n.shape)
         else:
             out = self.b.emit(n.op, [self.primal(a) for a in n.args], **dict(n.attrs))
         self._primal[i] = out
@@ -109,174 +192,32 @@ def autodiff(fwd: Program) -> Backward:
             c = b.aggregate(Op.AGG_SUM, c, t.space)
         adj[target] = b.add(adj[target], c) if target in adj else c
 
-    for k, (name, i) in enumerate(fwd.outputs):
+    for key, i in fwd.outputs:
         n = fwd.nodes[i]
-        accumulate(i, b.input(f"{GRAD_PREFIX}{k}", n.space, n.shape), n.space)
+        accumulate(i, b.input(adjoint_key(key), n.shape), key.space)
 
     for i in reversed(range(len(fwd.nodes))):
         n = fwd.nodes[i]
-        if i not in adj or n.op in (Op.INPUT, Op.CONST):
+        if i not in adj or n.op.kind == Kind.LEAF:
             continue
-        rule = GRAD_RULES.get(n.op)
+        rule = OPS[n.op].grad
         if rule is None:
             raise NotImplementedError(f"no gradient rule for {n.op.name}")
         b.loc = n.loc
-        ctx = Space.EDGE if n.op in (Op.AGG_SUM, Op.AGG_MAX, Op.AGG_MIN) else n.space
-        for arg, c in zip(n.args, rule(ad, i, n, adj[i]), strict=True):
+        ctx = Space.EDGE if n.op.kind == Kind.AGGREGATION else n.space
+        for arg, c in zip(n.args, rule(RuleContext(ad, i, adj[i])), strict=True):
             if c is not None:
-                accumulate(arg, c, ctx)
+                accumulate(arg, c.id, ctx)
 
     outputs = []
     for i, n in fwd.inputs():
-        name = n.attr("name")
-        if n.space is Space.PARAM:
+        key = n.attr("key")
+        if key.role is Role.PARAM:
             for bucket in (Space.DST, Space.SRC):
                 if (i, bucket) in param_adj:
-                    outputs.append((grad_output_name(name, n.space, bucket), param_adj[(i, bucket)]))
-        elif i in adj:
-            outputs.append((grad_output_name(name, n.space), adj[i]))
+                    outputs.append((gradient_key(key, bucket), param_adj[(i, bucket)]))
+        elif key.role is Role.FEATURE and i in adj:
+            outputs.append((gradient_key(key), adj[i]))
     return Backward(b.program(outputs), tuple(ad.saved))
 
 
-# gradient rules: rule(ad, node_id, node, g) -> one contribution (or None) per argument ------------
-def _gt0(ad, x):
-    return ad.b.emit(Op.GT, (ad.primal(x), ad.b.const(0.0)))
-
-
-@grad_rule(Op.ADD)
-def _add(ad, i, n, g):
-    return [g, g]
-
-
-@grad_rule(Op.NEG)
-def _neg(ad, i, n, g):
-    return [ad.b.neg(g)]
-
-
-@grad_rule(Op.MUL)
-def _mul(ad, i, n, g):
-    a, c = n.args
-    return [ad.b.mul(g, ad.primal(c)), ad.b.mul(g, ad.primal(a))]
-
-
-@grad_rule(Op.RECIP)
-def _recip(ad, i, n, g):
-    y = ad.primal(i)
-    return [ad.b.neg(ad.b.mul(g, ad.b.mul(y, y)))]
-
-
-@grad_rule(Op.EXP)
-def _exp(ad, i, n, g):
-    return [ad.b.mul(g, ad.primal(i))]
-
-
-@grad_rule(Op.LOG)
-def _log(ad, i, n, g):
-    return [ad.b.mul(g, ad.b.recip(ad.primal(n.args[0])))]
-
-
-@grad_rule(Op.SQRT)
-def _sqrt(ad, i, n, g):
-    return [ad.b.mul(g, ad.b.mul(ad.b.const(0.5), ad.b.recip(ad.primal(i))))]
-
-
-@grad_rule(Op.ABS)
-def _abs(ad, i, n, g):
-    x = ad.primal(n.args[0])
-    zero = ad.b.const(0.0)
-    sign = ad.b.add(ad.b.emit(Op.GT, (x, zero)), ad.b.neg(ad.b.emit(Op.LT, (x, zero))))
-    return [ad.b.mul(g, sign)]
-
-
-@grad_rule(Op.SIGMOID)
-def _sigmoid(ad, i, n, g):
-    s = ad.primal(i)
-    return [ad.b.mul(g, ad.b.mul(s, ad.b.add(ad.b.const(1.0), ad.b.neg(s))))]
-
-
-@grad_rule(Op.TANH)
-def _tanh(ad, i, n, g):
-    t = ad.primal(i)
-    return [ad.b.mul(g, ad.b.add(ad.b.const(1.0), ad.b.neg(ad.b.mul(t, t))))]
-
-
-@grad_rule(Op.RELU)
-def _relu(ad, i, n, g):
-    return [ad.b.mul(g, _gt0(ad, n.args[0]))]
-
-
-@grad_rule(Op.LEAKY_RELU)
-def _leaky_relu(ad, i, n, g):
-    slope = ad.b.where(_gt0(ad, n.args[0]), ad.b.const(1.0), ad.b.const(n.attr("slope")))
-    return [ad.b.mul(g, slope)]
-
-
-@grad_rule(Op.ELU)
-def _elu(ad, i, n, g):
-    x = ad.primal(n.args[0])
-    negative = ad.b.mul(ad.b.const(n.attr("alpha")), ad.b.unary(Op.EXP, x))
-    return [ad.b.mul(g, ad.b.where(_gt0(ad, n.args[0]), ad.b.const(1.0), negative))]
-
-
-@grad_rule(Op.POW)
-def _pow(ad, i, n, g):
-    a, e = (ad.primal(x) for x in n.args)
-    b = ad.b
-    da = b.mul(g, b.mul(e, b.binary(Op.POW, a, b.add(e, b.const(-1.0)))))
-    de = None if b.is_const(e) else b.mul(g, b.mul(ad.primal(i), b.unary(Op.LOG, a)))
-    return [da, de]
-
-
-@grad_rule(Op.MAXIMUM, Op.MINIMUM)
-def _extremum(ad, i, n, g):
-    # as torch: the gradient goes to the larger (smaller) operand, split in half on ties
-    a, c = (ad.primal(x) for x in n.args)
-    b = ad.b
-    wins = Op.GT if n.op is Op.MAXIMUM else Op.LT
-    tie = b.mul(b.emit(Op.EQ, (a, c)), b.const(0.5))
-    return [b.mul(g, b.add(b.emit(wins, (a, c)), tie)), b.mul(g, b.add(b.emit(wins, (c, a)), tie))]
-
-
-@grad_rule(Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE)
-def _comparison(ad, i, n, g):
-    return [None, None]
-
-
-@grad_rule(Op.WHERE)
-def _where(ad, i, n, g):
-    cond = ad.primal(n.args[0])
-    zero = ad.b.const(0.0)
-    return [None, ad.b.where(cond, g, zero), ad.b.where(cond, zero, g)]
-
-
-@grad_rule(Op.REDUCE_SUM)
-def _reduce_sum(ad, i, n, g):
-    x_shape = ad.fwd.nodes[n.args[0]].shape
-    kept = tuple(1 if k in n.attr("axes") else d for k, d in enumerate(x_shape))
-    return [ad.b.broadcast(ad.b.reshape(g, kept), x_shape)]
-
-
-@grad_rule(Op.RESHAPE)
-def _reshape(ad, i, n, g):
-    return [ad.b.reshape(g, ad.fwd.nodes[n.args[0]].shape)]
-
-
-@grad_rule(Op.BROADCAST)
-def _broadcast(ad, i, n, g):
-    return [g]  # accumulate() sums it back down to the operand's shape
-
-
-@grad_rule(Op.AGG_SUM)
-def _agg_sum(ad, i, n, g):
-    return [g]  # read per edge; accumulate() sums it over out-edges for source operands
-
-
-@grad_rule(Op.AGG_MAX, Op.AGG_MIN)
-def _agg_extremum(ad, i, n, g):
-    if n.attr("stop_gradient"):
-        return [None]
-    # as torch.scatter_reduce: the gradient is shared equally among the edges that attain the extremum
-    b = ad.b
-    hit = b.emit(Op.EQ, (ad.primal(n.args[0]), ad.primal(i)))
-    count = b.aggregate(Op.AGG_SUM, hit, Space.DST)
-    return [b.mul(g, b.mul(hit, b.recip(count)))]

@@ -6,7 +6,7 @@ differentiates parameter-only arithmetic.
 """
 from __future__ import annotations
 
-from ..ir import Op, Program, Space
+from ..ir import BufferKey, Op, Program, Role, Space
 from ..ir.program import dead_code_elimination, rebuild
 
 
@@ -16,12 +16,12 @@ def hoist_params(prog: Program) -> tuple[Program, Program]:
     hoisted = [i for i, n in enumerate(prog.nodes)
                if n.space is Space.PARAM and n.op is not Op.INPUT
                and any(prog.nodes[u].space is not Space.PARAM for u in users[i])]
-    names = {i: f"#param{i}" for i in hoisted}
-    prelude = dead_code_elimination(Program(prog.nodes, tuple((names[i], i) for i in hoisted)))
+    keys = {i: BufferKey(Role.PARAM, f"#param{i}", Space.PARAM) for i in hoisted}
+    prelude = dead_code_elimination(Program(prog.nodes, tuple((keys[i], i) for i in hoisted)))
 
     def visit(b, i, node, args):
-        if i in names:
-            return b.input(names[i], Space.PARAM, node.shape)
+        if i in keys:
+            return b.input(keys[i], node.shape)
         return None
 
     b, remap = rebuild(prog, visit)

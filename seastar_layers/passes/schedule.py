@@ -10,34 +10,49 @@ other direction it depends on. Aggregation results read by another kernel go thr
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
-from ..ir import Op, Program, Space
-from ..ir.ops import AGGREGATIONS
+from ..ir import BufferKey, Kind, Op, Program, Role, Space
+
+# Roles whose buffers hold the kernel's compute type (float32 for half-precision programs): values the
+# kernels exchange among themselves, parameters, degrees and parameter gradients' per-row partials.
+ACCUMULATOR_ROLES = {Role.PARAM, Role.DEGREE, Role.SAVED, Role.TEMP}
 
 
 @dataclass(frozen=True)
 class Buffer:
-    """One tensor the kernels read or write: rows by space (one row for params), then shape."""
+    """One tensor the kernels read or write: one row per vertex or edge of `rows` (one row for
+    parameters), each of `shape`."""
 
-    name: str
-    space: Space
-    shape: tuple[int, ...]
-    role: str  # "input", "output" or "temp"
+    key: BufferKey
+    shape: tuple
+    is_input: bool = False  # read by the kernels (else written)
+
+    @property
+    def role(self) -> Role:
+        return self.key.role
+
+    @property
+    def rows(self) -> Space:
+        return self.key.bucket or self.key.space
+
+    @property
+    def in_compute_type(self) -> bool:
+        """Held in the kernel's compute type rather than the features' storage type."""
+        return self.role in ACCUMULATOR_ROLES or (self.role is Role.GRADIENT and self.key.space is Space.PARAM)
 
 
 @dataclass
 class Loop:
     aggs: list[int] = field(default_factory=list)
-    edge_writes: list[tuple[str, int]] = field(default_factory=list)  # (buffer, node)
+    edge_writes: list[tuple[BufferKey, int]] = field(default_factory=list)  # (buffer, node)
 
 
 @dataclass
 class Kernel:
     direction: Space  # DST: rows are destinations; SRC: rows are sources
     loops: list[Loop] = field(default_factory=list)
-    row_writes: list[tuple[str, int]] = field(default_factory=list)  # (buffer, node)
+    row_writes: list[tuple[BufferKey, int]] = field(default_factory=list)  # (buffer, node)
     aggs: set[int] = field(default_factory=set)
 
     @property
@@ -54,13 +69,8 @@ class Schedule:
     program: Program
     kernels: list[Kernel]
     buffers: list[Buffer]
-    reads: dict[int, str]  # node id -> buffer it is read from (inputs, and results of other kernels)
-    constant_outputs: dict[str, float]  # outputs that are a constant everywhere (filled by the runtime)
-
-    @functools.cached_property
-    def scratch_shapes(self) -> list[tuple]:
-        """Shapes of the values kernels keep in stack arrays (an upper bound: every computed value)."""
-        return [n.shape for n in self.program.nodes if n.op not in (Op.INPUT, Op.CONST, Op.RESHAPE)]
+    reads: dict[int, BufferKey]  # node id -> buffer it is read from (inputs, and results of other kernels)
+    constant_outputs: dict[BufferKey, float]  # outputs that are a constant everywhere (filled by the runtime)
 
     def __str__(self) -> str:
         lines = []
@@ -69,9 +79,8 @@ class Schedule:
             for j, loop in enumerate(kern.loops):
                 lines.append(f"    loop {j}: aggregates {['%' + str(a) for a in loop.aggs]}"
                              f" writes per edge {[b for b, _ in loop.edge_writes]}")
-            lines.append(f"    writes per row {[f'{b}=%{n}' for b, n in kern.row_writes]}")
-        lines.append("  buffers: " + ", ".join(f"{b.name}({b.role} {b.space.value}{list(b.shape)})"
-                                                for b in self.buffers))
+            lines.append(f"    writes per row {[f'{b!r}=%{n}' for b, n in kern.row_writes]}")
+        lines.append("  buffers: " + ", ".join(f"{b.key!r}{list(b.shape)}" for b in self.buffers))
         return "\n".join(lines)
 
 
@@ -82,15 +91,15 @@ def _first_kernel(direction: Space, same: int, other: int) -> int:
     return k if k % 2 == parity else k + 1
 
 
-def schedule(prog: Program, output_spaces: dict[str, Space]) -> Schedule:
-    """output_spaces: where each output is written (DST/SRC rows, or EDGE for per-edge outputs)."""
+def schedule(prog: Program) -> Schedule:
+    """Outputs are written to the rows their keys name (DST/SRC rows, or EDGE for per-edge outputs)."""
     nodes = prog.nodes
     latest = {Space.DST: [-1] * len(nodes), Space.SRC: [-1] * len(nodes)}  # last kernel of each direction needed
     kernel_of: dict[int, int] = {}
     for i, n in enumerate(nodes):
         for d in latest:
             latest[d][i] = max((latest[d][a] for a in n.args), default=-1)
-        if n.op in AGGREGATIONS:
+        if n.op.kind == Kind.AGGREGATION:
             to = Space(n.attr("to"))
             other = Space.SRC if to is Space.DST else Space.DST
             k = _first_kernel(to, latest[to][i], latest[other][i])
@@ -103,22 +112,21 @@ def schedule(prog: Program, output_spaces: dict[str, Space]) -> Schedule:
         return _first_kernel(direction, latest[direction][i], latest[other][i])
 
     buffers: list[Buffer] = []
-    reads: dict[int, str] = {}
+    reads: dict[int, BufferKey] = {}
     for i, n in enumerate(nodes):
         if n.op is Op.INPUT:
-            name = f"{n.attr('name')}@{n.space.value}"
-            buffers.append(Buffer(name, n.space, n.shape, "input"))
-            reads[i] = name
+            buffers.append(Buffer(n.attr("key"), n.shape, is_input=True))
+            reads[i] = n.attr("key")
 
     writes: dict[int, list] = {}
     constant_outputs = {}
-    for name, i in prog.outputs:
-        space = output_spaces[name]
-        buffers.append(Buffer(name, space, nodes[i].shape, "output"))
+    for key, i in prog.outputs:
+        buf = Buffer(key, nodes[i].shape)
+        buffers.append(buf)
         if nodes[i].space is Space.CONST:
-            constant_outputs[name] = nodes[i].attr("value")
+            constant_outputs[key] = nodes[i].attr("value")
             continue
-        writes.setdefault(kernel_for_output(i, space), []).append((name, i, space))
+        writes.setdefault(kernel_for_output(i, buf.rows), []).append((key, i, buf.rows))
 
     n_kernels = max(list(kernel_of.values()) + list(writes) + [0]) + 1
     kernels = [Kernel(Space.DST if k % 2 == 0 else Space.SRC) for k in range(n_kernels)]
@@ -135,10 +143,10 @@ def schedule(prog: Program, output_spaces: dict[str, Space]) -> Schedule:
             if i in stage:
                 return stage[i]
             n = nodes[i]
-            if n.op in AGGREGATIONS and i not in kern.aggs:
+            if n.op.kind == Kind.AGGREGATION and i not in kern.aggs:
                 needed_elsewhere.add(i)
                 s = 0
-            elif n.op in AGGREGATIONS:
+            elif n.op.kind == Kind.AGGREGATION:
                 s = stage_of(n.args[0]) + 1
             else:
                 s = max((stage_of(a) for a in n.args), default=0)
@@ -152,20 +160,20 @@ def schedule(prog: Program, output_spaces: dict[str, Space]) -> Schedule:
 
         for a in sorted(kern.aggs):
             loop(stage_of(nodes[a].args[0])).aggs.append(a)
-        for name, i, space in writes.get(k, []):
-            if space is Space.EDGE:
-                loop(stage_of(i)).edge_writes.append((name, i))
+        for key, i, rows in writes.get(k, []):
+            if rows is Space.EDGE:
+                loop(stage_of(i)).edge_writes.append((key, i))
             else:
                 stage_of(i)
-                kern.row_writes.append((name, i))
+                kern.row_writes.append((key, i))
 
-    output_names = {i: name for name, i in prog.outputs}
+    written = {i: buf for buf in buffers for key, i in prog.outputs if key == buf.key}
     for i in sorted(needed_elsewhere):
-        name = output_names.get(i)
-        if name is None or output_spaces[name] is not nodes[i].space:
-            name = f"#tmp{i}"
-            buffers.append(Buffer(name, nodes[i].space, nodes[i].shape, "temp"))
-            kernels[kernel_of[i]].row_writes.append((name, i))
-        reads[i] = name
+        buf = written.get(i)
+        if buf is None or buf.rows is not nodes[i].space:
+            buf = Buffer(BufferKey(Role.TEMP, str(i), nodes[i].space), nodes[i].shape)
+            buffers.append(buf)
+            kernels[kernel_of[i]].row_writes.append((buf.key, i))
+        reads[i] = buf.key
     kernels = [k for k in kernels if k.loops or k.row_writes]
     return Schedule(prog, kernels, buffers, reads, constant_outputs)

@@ -8,11 +8,10 @@ any result, must have degree 0. The new max is a stop-gradient: the result does 
 """
 from __future__ import annotations
 
-from ..ir import Op, Program, Space
+from ..ir import Kind, Op, Program, Space
 from ..ir.program import rebuild
 
 _BAD = None
-_KEEP_DEGREE = {Op.AGG_SUM, Op.AGG_MAX, Op.AGG_MIN, Op.NEG}
 _SAME_DEGREE = {Op.ADD, Op.MAXIMUM, Op.MINIMUM}
 
 
@@ -27,9 +26,11 @@ def _degrees(prog: Program, seed: int) -> dict[int, int] | None:
         if not any(ds):
             deg[i] = 0
             continue
-        if n.op in _KEEP_DEGREE:
-            if n.op in (Op.AGG_MAX, Op.AGG_MIN, Op.AGG_SUM) and n.attr("to") != "dst":
+        if n.op.kind == Kind.AGGREGATION:
+            if n.attr("to") != "dst":
                 return _BAD
+            deg[i] = ds[0]
+        elif n.op is Op.NEG:
             deg[i] = ds[0]
         elif n.op is Op.MUL:
             deg[i] = ds[0] + ds[1]

@@ -33,5 +33,11 @@ def jit_enabled() -> bool:
     return not _flag("SEASTAR_NO_JIT")
 
 
+def native_build() -> bool:
+    """SEASTAR_NATIVE=1: tune the prebuilt extension for the building machine's CPU (it then may not
+    run on other CPUs of the same architecture); by default it builds for the portable baseline."""
+    return _flag("SEASTAR_NATIVE")
+
+
 def cxx() -> str:
     return os.environ.get("CXX", "g++")

@@ -8,10 +8,8 @@ library has a checksum file written after it, so a truncated or corrupt entry is
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -21,39 +19,15 @@ from pathlib import Path
 
 from .. import __version__
 from ..errors import BuildError
-from . import config
+from . import config, toolchain
 
-# -ffp-contract=off: a value recomputed in backward must equal, bit for bit, what forward computed
-# (max/min gradients find the winning edges by equality), so no kernel may fuse a*b+c differently
-CXX_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=c++17", "-fno-math-errno", "-ffp-contract=off")
 _lock = threading.Lock()
 build_count = 0  # tests read it to prove the cache works
 
 
-@functools.lru_cache(maxsize=1)
-def _toolchain_identity() -> str:
-    cxx = config.cxx()
-    try:
-        version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as e:
-        raise BuildError(f"no working C++ compiler ({cxx!r}: {e}); install g++ or set CXX, "
-                         "or use only the prebuilt layers") from None
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "flags", "Features")):
-                    cpu += line
-                    if line.startswith(("flags", "Features")):
-                        break
-    except OSError:
-        pass
-    return f"{version}\n{cpu}"
-
-
 def cache_key(source: str) -> str:
     h = hashlib.sha256()
-    for part in (__version__, " ".join(CXX_FLAGS), _toolchain_identity(), source):
+    for part in (__version__, " ".join(toolchain.jit_cxx_flags()), toolchain.cxx_identity(), source):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]
@@ -94,7 +68,7 @@ def _build(source: str, directory: Path, lib_path: Path, ok_path: Path) -> None:
         src = work / "program.cpp"
         src.write_text(source)
         out = work / "program.so"
-        cmd = [config.cxx(), *CXX_FLAGS, str(src), "-o", str(out)]
+        cmd = [config.cxx(), *toolchain.jit_cxx_flags(), str(src), "-o", str(out)]
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
             kept = directory / f"failed-{lib_path.stem}.cpp"

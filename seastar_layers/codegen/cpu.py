@@ -1,0 +1,120 @@
+"""The CPU dialect: OpenMP threads over rows, one thread per row, its elements in plain loops.
+
+Values of a size known at generation time up to STACK_LIMIT elements are local arrays (the C
+compiler keeps them in registers); larger or run-time-sized ones live in the thread's slice of a
+heap scratch buffer the entry point allocates, so no feature width can overflow a thread's stack.
+"""
+from __future__ import annotations
+
+import math
+
+from .dialect import COMPUTE_TYPE, BlockLayout, Dialect, ElementLoop, c_max
+
+STACK_LIMIT = 256  # elements of a value kept in a local array
+BLOCK = 16  # features per register-resident accumulator block in blocked edge loops
+
+C_TYPES = {"float32": "float", "float64": "double"}
+STORAGE = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t"}
+
+# Half-precision storage is converted with IEEE round-to-nearest-even: float16 through the C
+# compiler's _Float16, bfloat16 (float32's top half) by rounding its bits.
+HALF_HELPERS = r"""
+static inline float seastar_from_f16(uint16_t h) {
+  _Float16 v; std::memcpy(&v, &h, 2); return (float)v;
+}
+static inline uint16_t seastar_to_f16(float f) {
+  _Float16 v = (_Float16)f; uint16_t h; std::memcpy(&h, &v, 2); return h;
+}
+static inline float seastar_from_bf16(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16; float f; std::memcpy(&f, &u, 4); return f;
+}
+static inline uint16_t seastar_to_bf16(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // NaN stays a quiet NaN
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+"""
+
+
+class CpuDialect(Dialect):
+    name = "cpu"
+    file_suffix = ".cpp"
+
+    def preamble(self, dtype: str) -> str:
+        return ("#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
+                "#include <omp.h>\n")
+
+    def types(self, dtype: str) -> list[str]:
+        lines = [f"typedef {STORAGE[dtype]} scalar_t;", f"typedef {C_TYPES[COMPUTE_TYPE[dtype]]} acc_t;"]
+        if dtype in ("float16", "bfloat16"):
+            lines += HALF_HELPERS.strip().splitlines()
+        return lines
+
+    def load(self, expr: str, dtype: str) -> str:
+        return {"float16": f"seastar_from_f16({expr})", "bfloat16": f"seastar_from_bf16({expr})"}.get(dtype, expr)
+
+    def store(self, expr: str, dtype: str) -> str:
+        return {"float16": f"seastar_to_f16({expr})", "bfloat16": f"seastar_to_bf16({expr})"}.get(dtype, expr)
+
+    def math(self, function: str, dtype: str) -> str:
+        return f"std::{function}"
+
+    def literal(self, value: float, dtype: str) -> str:
+        if math.isnan(value):
+            return "(acc_t)NAN"
+        if math.isinf(value):
+            return "(acc_t)INFINITY" if value > 0 else "(-(acc_t)INFINITY)"
+        return f"(acc_t){value!r}"
+
+    def kernel_open(self, name: str, params: str) -> list[str]:
+        return [f"static void {name}(const {params}& p) {{"]
+
+    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool) -> list[str]:
+        lines = ["#pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)",
+                 f"for (int64_t r = 0; r < {n_rows}; ++r) {{"]
+        if uses_scratch:
+            lines.append("  acc_t* __restrict__ scratch = "
+                         "p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;")
+        return lines
+
+    def row_loop_close(self) -> list[str]:
+        return ["}"]
+
+    def replicated(self, size) -> bool:
+        return True  # one thread holds the whole row
+
+    def on_stack(self, size, replicated: bool) -> bool:
+        return isinstance(size, int) and size <= STACK_LIMIT
+
+    def declare(self, name: str, size, replicated: bool, offset: str | None) -> str:
+        if offset is None:
+            return f"acc_t {name}[{size}];"
+        return f"acc_t* __restrict__ {name} = scratch + {offset};"
+
+    def element_loop(self, shape, size, replicated: bool) -> ElementLoop:
+        coords = [f"i{d}" for d in range(len(shape))]
+        header = " ".join(f"for (int64_t {v} = 0; {v} < {n}; ++{v})" for v, n in zip(coords, shape, strict=True)
+                          if n != 1)
+        return ElementLoop(tuple(shape), [header + " {"] if header else ["{"], ["}"], coords)
+
+    def sync(self) -> list[str]:
+        return []
+
+    def block_layout(self, size: str) -> BlockLayout:
+        # a constant trip count for full blocks keeps the accumulators in registers
+        return BlockLayout(str(BLOCK), BLOCK, [(f"if (f0 + {BLOCK} <= {size}) {{", str(BLOCK), None),
+                                               ("} else {", f"(int)(({size}) - f0)", "}")],
+                           ["#pragma omp simd", "for (int k = 0; k < WIDTH; ++k) {", "  const int64_t f = f0 + k;"],
+                           ["}"], "f")
+
+    def run_kernels(self, kernels: list, params: str) -> list[str]:
+        lines = [f"p.scratch_per_row = {c_max([scratch for _, _, scratch, _ in kernels])};",
+                 "p.scratch = nullptr;",
+                 "if (p.scratch_per_row > 0) {",
+                 "  p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row"
+                 " * (size_t)num_threads);",
+                 "  if (p.scratch == nullptr)",
+                 "    return seastar_fail(-1, \"out of memory for the kernels' per-row scratch\");",
+                 "}"]
+        lines += [f"{name}(p);" for name, _, _, _ in kernels]
+        return lines + ["std::free(p.scratch);", "return 0;"]

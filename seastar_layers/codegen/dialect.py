@@ -1,0 +1,133 @@
+"""What a dialect tells the one renderer (codegen/cstyle.py): everything that differs between a CPU
+thread per row and a GPU thread group per row. See docs/adding-a-dialect.md.
+
+The renderer's execution model: a kernel sweeps rows (destinations over their in-edges, or sources
+over their out-edges). A row is handled by a *group* of `lanes` threads (1 on the CPU). Every value
+of a row or of one of its edges is an array over its feature elements; the group's lanes split the
+elements between them (element loops), and a value that other lanes read is followed by a group
+sync. Small values of a size known at generation time may instead be *replicated*: every lane
+computes all of it and keeps it in registers, and no sync is needed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Storage type of the features per torch dtype name, and the compute type kernels accumulate in.
+COMPUTE_TYPE = {"float32": "float32", "float64": "float64", "float16": "float32", "bfloat16": "float32"}
+
+
+def c_max(exprs: list) -> str:
+    """The largest of several int64 C expressions (0 for none)."""
+    exprs = [str(e) for e in exprs if str(e) != "0"]
+    if not exprs:
+        return "0"
+    out = exprs[0]
+    for e in exprs[1:]:
+        out = f"std::max<int64_t>({out}, {e})"
+    return out
+
+
+@dataclass(frozen=True)
+class ElementLoop:
+    """A loop over the elements of a value that this lane computes.
+
+    open/close: the lines around the body; coords: a C expression per axis of `shape` (unused for
+    axes of extent 1); flat: a variable holding the element's flat index, where the dialect has one."""
+
+    shape: tuple
+    open: list[str]
+    close: list[str]
+    coords: list[str]
+    flat: str | None = None
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """How a blocked edge loop (accumulators in registers, features outer, edges inner) maps the
+    features of one block to this lane's slots.
+
+    width: features per block (a C expression); slots: the register accumulators per lane;
+    variants: [(guard opening, slot count expression, guard closing)], the block rendered once per
+    variant (the CPU renders full blocks with a constant trip count and the tail separately);
+    slot_open/slot_close: around the body for slot k < WIDTH (the variant's count), which must define
+    `feature_var`, the feature index, and skip features at or past SIZE."""
+
+    width: str
+    slots: int
+    variants: list[tuple[str | None, str, str | None]]
+    slot_open: list[str]
+    slot_close: list[str]
+    feature_var: str
+
+
+class Dialect:
+    """The interface. Methods return C source lines (lists of str) unless they say otherwise."""
+
+    name = "abstract"
+    file_suffix = ".cpp"
+
+    def preamble(self, dtype: str) -> str:
+        """Includes and helpers before any program; dtype: the storage dtype name."""
+        raise NotImplementedError
+
+    def types(self, dtype: str) -> list[str]:
+        """typedefs of scalar_t (storage) and acc_t (compute), inside the program's namespace."""
+        raise NotImplementedError
+
+    def load(self, expr: str, dtype: str) -> str:
+        """A storage-typed element as acc_t."""
+        raise NotImplementedError
+
+    def store(self, expr: str, dtype: str) -> str:
+        """An acc_t value as the storage type."""
+        raise NotImplementedError
+
+    def math(self, function: str, dtype: str) -> str:
+        """The spelling of a math function ("exp", "log", ...) on the compute type."""
+        raise NotImplementedError
+
+    def literal(self, value: float, dtype: str) -> str:
+        raise NotImplementedError
+
+    def kernel_open(self, name: str, params: str) -> list[str]:
+        raise NotImplementedError
+
+    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool) -> list[str]:
+        """Lines that open the loop over this group's rows, defining `r` (and `scratch` if used)."""
+        raise NotImplementedError
+
+    def row_loop_close(self) -> list[str]:
+        raise NotImplementedError
+
+    def replicated(self, size) -> bool:
+        """Whether a value of `size` elements (an int, or a C expression) is computed whole by every lane."""
+        raise NotImplementedError
+
+    def declare(self, name: str, size, replicated: bool, offset: str | None) -> str:
+        """A value's array: `offset` is its place in the row's scratch when it is not a small local array."""
+        raise NotImplementedError
+
+    def on_stack(self, size, replicated: bool) -> bool:
+        """Whether a value lives in a local array (else in the row's scratch)."""
+        raise NotImplementedError
+
+    def element_loop(self, shape, size, replicated: bool) -> ElementLoop:
+        raise NotImplementedError
+
+    def sync(self) -> list[str]:
+        """A barrier among the lanes of one row's group (none on the CPU)."""
+        raise NotImplementedError
+
+    def block_layout(self, size: str) -> BlockLayout | None:
+        raise NotImplementedError
+
+    def simd(self) -> list[str]:
+        """Lines before a loop whose iterations are independent."""
+        return []
+
+    def run_kernels(self, kernels: list, params: str) -> list[str]:
+        """The entry point's body after the params struct `p` is filled: run or launch the kernels.
+
+        kernels: [(name, n_rows C expression, scratch elements per row C expression,
+        widest value C expression)]. Returns 0, or a negative code after recording a message."""
+        raise NotImplementedError
