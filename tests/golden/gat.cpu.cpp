@@ -1,0 +1,557 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <omp.h>
+
+namespace seastar___SEASTAR_PREFIX__ {
+typedef float scalar_t;
+typedef float acc_t;
+
+static const char* last_error = "";
+static int seastar_fail(int code, const char* message) { last_error = message; return code; }
+
+struct forward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[6];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+  // dst rows, 3 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:el@src
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:er@dst
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_dst; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v1 = b1 + r * 4;
+    acc_t v4[4];
+    for (int64_t f0 = 0; f0 < 4; f0 += 16) {
+      if (f0 + 16 <= 4) {
+        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 4;
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e2 = (v0[f] + v1[f]);
+            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          const int64_t f = f0 + k;
+          v4[f] = acc4[k];
+        }
+      } else {
+        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 4;
+          #pragma omp simd
+          for (int k = 0; k < (int)((4) - f0); ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e2 = (v0[f] + v1[f]);
+            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((4) - f0); ++k) {
+          const int64_t f = f0 + k;
+          v4[f] = acc4[k];
+        }
+      }
+    }
+    if (begin == end) {
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v4[i0] = 0;
+      }
+    }
+    acc_t v5[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v5[i0] = (-v4[i0]);
+    }
+    acc_t v8[4];
+    for (int64_t f0 = 0; f0 < 4; f0 += 16) {
+      if (f0 + 16 <= 4) {
+        acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 4;
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e2 = (v0[f] + v1[f]);
+            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+            const acc_t e6 = (e3 + v5[f]);
+            const acc_t e7 = std::exp(e6);
+            acc8[k] += e7;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          const int64_t f = f0 + k;
+          v8[f] = acc8[k];
+        }
+      } else {
+        acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 4;
+          #pragma omp simd
+          for (int k = 0; k < (int)((4) - f0); ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e2 = (v0[f] + v1[f]);
+            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+            const acc_t e6 = (e3 + v5[f]);
+            const acc_t e7 = std::exp(e6);
+            acc8[k] += e7;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((4) - f0); ++k) {
+          const int64_t f = f0 + k;
+          v8[f] = acc8[k];
+        }
+      }
+    }
+    acc_t v9[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v9[i0] = ((acc_t)1 / v8[i0]);
+    }
+    acc_t v13[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v13[i0 * 8 + i1] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 4;
+      acc_t v2[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v2[i0] = (v0[i0] + v1[i0]);
+      }
+      acc_t v3[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v3[i0] = (v2[i0] > 0 ? v2[i0] : v2[i0] * (acc_t)0.2);
+      }
+      acc_t v6[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v6[i0] = (v3[i0] + v5[i0]);
+      }
+      acc_t v7[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v7[i0] = std::exp(v6[i0]);
+      }
+      acc_t v10[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v10[i0] = (v7[i0] * v9[i0]);
+      }
+      const scalar_t* v11 = b2 + nbr * 32;
+      acc_t v12[32];
+      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+        v12[i0 * 8 + i1] = (v10[i0] * v11[i0 * 8 + i1]);
+      }
+      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+        v13[i0 * 8 + i1] += v12[i0 * 8 + i1];
+      }
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      b3[r * 32 + i0 * 8 + i1] = v13[i0 * 8 + i1];
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      b4[r * 4 + i0] = v4[i0];
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      b5[r * 4 + i0] = v8[i0];
+    }
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[0] * 4) return 1;  // feature:el@src [4, 1]
+  if (numels[1] != sizes[1] * 4) return 2;  // feature:er@dst [4, 1]
+  if (numels[2] != sizes[0] * 32) return 3;  // feature:h@src [4, 8]
+  if (numels[3] != sizes[1] * 32) return 4;  // output:out0@dst [4, 8]
+  if (numels[4] != sizes[1] * 4) return 5;  // saved:4@dst [4, 1]
+  if (numels[5] != sizes[1] * 4) return 6;  // saved:8@dst [4, 1]
+  forward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 6; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  p.scratch_per_row = 0;
+  p.scratch = nullptr;
+  if (p.scratch_per_row > 0) {
+    p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
+    if (p.scratch == nullptr)
+      return seastar_fail(-1, "out of memory for the kernels' per-row scratch");
+  }
+  __SEASTAR_PREFIX__forward_kernel0(p);
+  std::free(p.scratch);
+  return 0;
+}
+
+struct backward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[10];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  // dst rows, 2 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
+  scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_dst; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v0 = b0 + r * 32;
+    const scalar_t* v4 = b3 + r * 4;
+    const acc_t* v7 = b4 + r * 4;
+    acc_t v8[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v8[i0] = (-v7[i0]);
+    }
+    acc_t v19[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v19[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v1 = b1 + nbr * 32;
+      acc_t v2[32];
+      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+        v2[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v1[i0 * 8 + i1]);
+      }
+      acc_t v15[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
+        v15[i0] = total;
+      }
+      const scalar_t* v3 = b2 + nbr * 4;
+      acc_t v5[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v5[i0] = (v3[i0] + v4[i0]);
+      }
+      acc_t v6[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
+      }
+      acc_t v9[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v9[i0] = (v6[i0] + v8[i0]);
+      }
+      acc_t v10[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v10[i0] = std::exp(v9[i0]);
+      }
+      acc_t v18[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v18[i0] = (v15[i0] * v10[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v19[i0] += v18[i0];
+      }
+    }
+    const acc_t* v11 = b5 + r * 4;
+    acc_t v12[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v12[i0] = ((acc_t)1 / v11[i0]);
+    }
+    acc_t v20[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v20[i0] = (v12[i0] * v12[i0]);
+    }
+    acc_t v21[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v21[i0] = (v19[i0] * v20[i0]);
+    }
+    acc_t v22[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v22[i0] = (-v21[i0]);
+    }
+    acc_t v32[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v32[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v1 = b1 + nbr * 32;
+      acc_t v2[32];
+      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+        v2[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v1[i0 * 8 + i1]);
+      }
+      acc_t v15[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
+        v15[i0] = total;
+      }
+      acc_t v17[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v17[i0] = (v15[i0] * v12[i0]);
+      }
+      acc_t v23[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v23[i0] = (v17[i0] + v22[i0]);
+      }
+      const scalar_t* v3 = b2 + nbr * 4;
+      acc_t v5[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v5[i0] = (v3[i0] + v4[i0]);
+      }
+      acc_t v6[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
+      }
+      acc_t v9[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v9[i0] = (v6[i0] + v8[i0]);
+      }
+      acc_t v10[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v10[i0] = std::exp(v9[i0]);
+      }
+      acc_t v24[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v24[i0] = (v23[i0] * v10[i0]);
+      }
+      acc_t v26[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v26[i0] = (acc_t)(v5[i0] > (acc_t)0.0);
+      }
+      acc_t v29[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v29[i0] = (v26[i0] != 0 ? (acc_t)1.0 : (acc_t)0.2);
+      }
+      acc_t v30[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v30[i0] = (v24[i0] * v29[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v32[i0] += v30[i0];
+      }
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      b7[r * 4 + i0] = v32[i0];
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      b9[r * 4 + i0] = v19[i0];
+    }
+  }
+}
+
+static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t* __restrict__ indptr = p.graph[3];
+  const int64_t* __restrict__ nbrs = p.graph[4];
+  const int64_t* __restrict__ eids = p.graph[5];
+  const int64_t* __restrict__ order = p.graph[7];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
+  scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_src; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v3 = b2 + r * 4;
+    const scalar_t* v1 = b1 + r * 32;
+    acc_t v16[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v16[i0 * 8 + i1] = (acc_t)0.0;
+    }
+    acc_t v31[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v31[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 32;
+      const scalar_t* v4 = b3 + nbr * 4;
+      acc_t v5[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v5[i0] = (v3[i0] + v4[i0]);
+      }
+      acc_t v6[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
+      }
+      const acc_t* v7 = b4 + nbr * 4;
+      acc_t v8[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v8[i0] = (-v7[i0]);
+      }
+      acc_t v9[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v9[i0] = (v6[i0] + v8[i0]);
+      }
+      acc_t v10[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v10[i0] = std::exp(v9[i0]);
+      }
+      const acc_t* v11 = b5 + nbr * 4;
+      acc_t v12[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v12[i0] = ((acc_t)1 / v11[i0]);
+      }
+      acc_t v13[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v13[i0] = (v10[i0] * v12[i0]);
+      }
+      acc_t v14[32];
+      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+        v14[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v13[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+        v16[i0 * 8 + i1] += v14[i0 * 8 + i1];
+      }
+      acc_t v2[32];
+      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+        v2[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v1[i0 * 8 + i1]);
+      }
+      acc_t v15[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
+        v15[i0] = total;
+      }
+      acc_t v17[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v17[i0] = (v15[i0] * v12[i0]);
+      }
+      const acc_t* v19 = b9 + nbr * 4;
+      acc_t v20[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v20[i0] = (v12[i0] * v12[i0]);
+      }
+      acc_t v21[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v21[i0] = (v19[i0] * v20[i0]);
+      }
+      acc_t v22[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v22[i0] = (-v21[i0]);
+      }
+      acc_t v23[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v23[i0] = (v17[i0] + v22[i0]);
+      }
+      acc_t v24[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v24[i0] = (v23[i0] * v10[i0]);
+      }
+      acc_t v26[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v26[i0] = (acc_t)(v5[i0] > (acc_t)0.0);
+      }
+      acc_t v29[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v29[i0] = (v26[i0] != 0 ? (acc_t)1.0 : (acc_t)0.2);
+      }
+      acc_t v30[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v30[i0] = (v24[i0] * v29[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v31[i0] += v30[i0];
+      }
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      b6[r * 4 + i0] = v31[i0];
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      b8[r * 32 + i0 * 8 + i1] = v16[i0 * 8 + i1];
+    }
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[1] * 32) return 1;  // adjoint:out0@dst [4, 8]
+  if (numels[1] != sizes[0] * 32) return 2;  // feature:h@src [4, 8]
+  if (numels[2] != sizes[0] * 4) return 3;  // feature:el@src [4, 1]
+  if (numels[3] != sizes[1] * 4) return 4;  // feature:er@dst [4, 1]
+  if (numels[4] != sizes[1] * 4) return 5;  // saved:4@dst [4, 1]
+  if (numels[5] != sizes[1] * 4) return 6;  // saved:8@dst [4, 1]
+  if (numels[6] != sizes[0] * 4) return 7;  // gradient:el@src [4, 1]
+  if (numels[7] != sizes[1] * 4) return 8;  // gradient:er@dst [4, 1]
+  if (numels[8] != sizes[0] * 32) return 9;  // gradient:h@src [4, 8]
+  if (numels[9] != sizes[1] * 4) return 10;  // temp:19@dst [4, 1]
+  backward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  p.scratch_per_row = 0;
+  p.scratch = nullptr;
+  if (p.scratch_per_row > 0) {
+    p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
+    if (p.scratch == nullptr)
+      return seastar_fail(-1, "out of memory for the kernels' per-row scratch");
+  }
+  __SEASTAR_PREFIX__backward_kernel0(p);
+  __SEASTAR_PREFIX__backward_kernel1(p);
+  std::free(p.scratch);
+  return 0;
+}
+
+extern "C" const char* seastar___SEASTAR_PREFIX__last_error() { return last_error; }
+
+}  // namespace seastar___SEASTAR_PREFIX__

@@ -1,0 +1,435 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <omp.h>
+
+namespace seastar___SEASTAR_PREFIX__ {
+typedef float scalar_t;
+typedef float acc_t;
+
+static const char* last_error = "";
+static int seastar_fail(int code, const char* message) { last_error = message; return code; }
+
+struct forward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[6];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+  // dst rows, 1 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:x@src
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:y@dst
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out1@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_dst; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v2 = b1 + r * 3;
+    acc_t v1[3];
+    acc_t v4[3];
+    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
+      if (f0 + 16 <= 3) {
+        acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
+        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (acc_t)INFINITY;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e3 = (v0[f] * v2[f]);
+            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+            acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          const int64_t f = f0 + k;
+          v1[f] = acc1[k];
+          v4[f] = acc4[k];
+        }
+      } else {
+        acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
+        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (acc_t)INFINITY;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < (int)((3) - f0); ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e3 = (v0[f] * v2[f]);
+            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+            acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((3) - f0); ++k) {
+          const int64_t f = f0 + k;
+          v1[f] = acc1[k];
+          v4[f] = acc4[k];
+        }
+      }
+    }
+    if (begin == end) {
+      for (int64_t i0 = 0; i0 < 3; ++i0) {
+        v1[i0] = 0;
+      }
+    }
+    if (begin == end) {
+      for (int64_t i0 = 0; i0 < 3; ++i0) {
+        v4[i0] = 0;
+      }
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b2[r * 3 + i0] = v1[i0];
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b3[r * 3 + i0] = v4[i0];
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b4[r * 3 + i0] = v4[i0];
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b5[r * 3 + i0] = v1[i0];
+    }
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[0] * 3) return 1;  // feature:x@src [3]
+  if (numels[1] != sizes[1] * 3) return 2;  // feature:y@dst [3]
+  if (numels[2] != sizes[1] * 3) return 3;  // output:out0@dst [3]
+  if (numels[3] != sizes[1] * 3) return 4;  // output:out1@dst [3]
+  if (numels[4] != sizes[1] * 3) return 5;  // saved:4@dst [3]
+  if (numels[5] != sizes[1] * 3) return 6;  // saved:1@dst [3]
+  forward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 6; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  p.scratch_per_row = 0;
+  p.scratch = nullptr;
+  if (p.scratch_per_row > 0) {
+    p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
+    if (p.scratch == nullptr)
+      return seastar_fail(-1, "out of memory for the kernels' per-row scratch");
+  }
+  __SEASTAR_PREFIX__forward_kernel0(p);
+  std::free(p.scratch);
+  return 0;
+}
+
+struct backward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[10];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  // dst rows, 2 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_dst; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v3 = b3 + r * 3;
+    const acc_t* v5 = b4 + r * 3;
+    const acc_t* v15 = b5 + r * 3;
+    acc_t v7[3];
+    acc_t v17[3];
+    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
+      if (f0 + 16 <= 3) {
+        acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
+        acc_t acc17[16]; for (int k = 0; k < 16; ++k) acc17[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v2 = b2 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            acc7[k] += e6;
+            acc17[k] += e16;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          const int64_t f = f0 + k;
+          v7[f] = acc7[k];
+          v17[f] = acc17[k];
+        }
+      } else {
+        acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
+        acc_t acc17[16]; for (int k = 0; k < 16; ++k) acc17[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v2 = b2 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < (int)((3) - f0); ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            acc7[k] += e6;
+            acc17[k] += e16;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((3) - f0); ++k) {
+          const int64_t f = f0 + k;
+          v7[f] = acc7[k];
+          v17[f] = acc17[k];
+        }
+      }
+    }
+    const scalar_t* v1 = b1 + r * 3;
+    acc_t v8[3];
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      v8[i0] = ((acc_t)1 / v7[i0]);
+    }
+    acc_t v14[3];
+    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
+      if (f0 + 16 <= 3) {
+        acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v2 = b2 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e9 = (e6 * v8[f]);
+            const acc_t e10 = (v1[f] * e9);
+            const acc_t e12 = (e10 * v2[f]);
+            acc14[k] += e12;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          const int64_t f = f0 + k;
+          v14[f] = acc14[k];
+        }
+      } else {
+        acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v2 = b2 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < (int)((3) - f0); ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e9 = (e6 * v8[f]);
+            const acc_t e10 = (v1[f] * e9);
+            const acc_t e12 = (e10 * v2[f]);
+            acc14[k] += e12;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((3) - f0); ++k) {
+          const int64_t f = f0 + k;
+          v14[f] = acc14[k];
+        }
+      }
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b7[r * 3 + i0] = v14[i0];
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b8[r * 3 + i0] = v7[i0];
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b9[r * 3 + i0] = v17[i0];
+    }
+  }
+}
+
+static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t* __restrict__ indptr = p.graph[3];
+  const int64_t* __restrict__ nbrs = p.graph[4];
+  const int64_t* __restrict__ eids = p.graph[5];
+  const int64_t* __restrict__ order = p.graph[7];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_src; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v2 = b2 + r * 3;
+    acc_t v13[3];
+    acc_t v21[3];
+    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
+      if (f0 + 16 <= 3) {
+        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
+        acc_t acc21[16]; for (int k = 0; k < 16; ++k) acc21[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v3 = b3 + nbr * 3;
+          const acc_t* v5 = b4 + nbr * 3;
+          const acc_t* v7 = b8 + nbr * 3;
+          const scalar_t* v1 = b1 + nbr * 3;
+          const acc_t* v15 = b5 + nbr * 3;
+          const acc_t* v17 = b9 + nbr * 3;
+          const scalar_t* v0 = b0 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e8 = ((acc_t)1 / v7[f]);
+            const acc_t e9 = (e6 * e8);
+            const acc_t e10 = (v1[f] * e9);
+            const acc_t e11 = (e10 * v3[f]);
+            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            const acc_t e18 = ((acc_t)1 / v17[f]);
+            const acc_t e19 = (e16 * e18);
+            const acc_t e20 = (v0[f] * e19);
+            acc13[k] += e11;
+            acc21[k] += e20;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          const int64_t f = f0 + k;
+          v13[f] = acc13[k];
+          v21[f] = acc21[k];
+        }
+      } else {
+        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
+        acc_t acc21[16]; for (int k = 0; k < 16; ++k) acc21[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v3 = b3 + nbr * 3;
+          const acc_t* v5 = b4 + nbr * 3;
+          const acc_t* v7 = b8 + nbr * 3;
+          const scalar_t* v1 = b1 + nbr * 3;
+          const acc_t* v15 = b5 + nbr * 3;
+          const acc_t* v17 = b9 + nbr * 3;
+          const scalar_t* v0 = b0 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < (int)((3) - f0); ++k) {
+            const int64_t f = f0 + k;
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e8 = ((acc_t)1 / v7[f]);
+            const acc_t e9 = (e6 * e8);
+            const acc_t e10 = (v1[f] * e9);
+            const acc_t e11 = (e10 * v3[f]);
+            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            const acc_t e18 = ((acc_t)1 / v17[f]);
+            const acc_t e19 = (e16 * e18);
+            const acc_t e20 = (v0[f] * e19);
+            acc13[k] += e11;
+            acc21[k] += e20;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((3) - f0); ++k) {
+          const int64_t f = f0 + k;
+          v13[f] = acc13[k];
+          v21[f] = acc21[k];
+        }
+      }
+    }
+    acc_t v22[3];
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      v22[i0] = (v13[i0] + v21[i0]);
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b6[r * 3 + i0] = v22[i0];
+    }
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[1] * 3) return 1;  // adjoint:out0@dst [3]
+  if (numels[1] != sizes[1] * 3) return 2;  // adjoint:out1@dst [3]
+  if (numels[2] != sizes[0] * 3) return 3;  // feature:x@src [3]
+  if (numels[3] != sizes[1] * 3) return 4;  // feature:y@dst [3]
+  if (numels[4] != sizes[1] * 3) return 5;  // saved:4@dst [3]
+  if (numels[5] != sizes[1] * 3) return 6;  // saved:1@dst [3]
+  if (numels[6] != sizes[0] * 3) return 7;  // gradient:x@src [3]
+  if (numels[7] != sizes[1] * 3) return 8;  // gradient:y@dst [3]
+  if (numels[8] != sizes[1] * 3) return 9;  // temp:7@dst [3]
+  if (numels[9] != sizes[1] * 3) return 10;  // temp:17@dst [3]
+  backward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  p.scratch_per_row = 0;
+  p.scratch = nullptr;
+  if (p.scratch_per_row > 0) {
+    p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
+    if (p.scratch == nullptr)
+      return seastar_fail(-1, "out of memory for the kernels' per-row scratch");
+  }
+  __SEASTAR_PREFIX__backward_kernel0(p);
+  __SEASTAR_PREFIX__backward_kernel1(p);
+  std::free(p.scratch);
+  return 0;
+}
+
+extern "C" const char* seastar___SEASTAR_PREFIX__last_error() { return last_error; }
+
+}  // namespace seastar___SEASTAR_PREFIX__

@@ -1,0 +1,656 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <omp.h>
+
+namespace seastar___SEASTAR_PREFIX__ {
+typedef float scalar_t;
+typedef float acc_t;
+
+static const char* last_error = "";
+static int seastar_fail(int code, const char* message) { last_error = message; return code; }
+
+struct forward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[6];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+  // dst rows, 3 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
+  acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_dst; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v1 = b1 + r * 10;
+    acc_t v4[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v4[i0] = (-(acc_t)INFINITY);
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 10;
+      acc_t v2[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v2[i0 * 5 + i1] = (v0[i0 * 5 + i1] * v1[i0 * 5 + i1]);
+      }
+      acc_t v3[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
+        v3[i0] = total;
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v4[i0] = (v3[i0] > v4[i0] || v3[i0] != v3[i0]) ? v3[i0] : v4[i0];
+      }
+    }
+    if (begin == end) {
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v4[i0] = 0;
+      }
+    }
+    acc_t v5[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v5[i0] = (-v4[i0]);
+    }
+    acc_t v8[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v8[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 10;
+      acc_t v2[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v2[i0 * 5 + i1] = (v0[i0 * 5 + i1] * v1[i0 * 5 + i1]);
+      }
+      acc_t v3[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
+        v3[i0] = total;
+      }
+      acc_t v6[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v6[i0] = (v3[i0] + v5[i0]);
+      }
+      acc_t v7[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v7[i0] = std::exp(v6[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v8[i0] += v7[i0];
+      }
+    }
+    acc_t v9[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v9[i0] = ((acc_t)1 / v8[i0]);
+    }
+    acc_t v13[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v13[i0 * 5 + i1] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 10;
+      acc_t v2[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v2[i0 * 5 + i1] = (v0[i0 * 5 + i1] * v1[i0 * 5 + i1]);
+      }
+      acc_t v3[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
+        v3[i0] = total;
+      }
+      acc_t v6[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v6[i0] = (v3[i0] + v5[i0]);
+      }
+      acc_t v7[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v7[i0] = std::exp(v6[i0]);
+      }
+      acc_t v10[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v10[i0] = (v7[i0] * v9[i0]);
+      }
+      acc_t v11[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v11[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + std::exp(-v0[i0 * 5 + i1])));
+      }
+      acc_t v12[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v12[i0 * 5 + i1] = (v10[i0] * v11[i0 * 5 + i1]);
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v13[i0 * 5 + i1] += v12[i0 * 5 + i1];
+      }
+    }
+    acc_t v14[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v14[i0 * 5 + i1] = (v1[i0 * 5 + i1] + v13[i0 * 5 + i1]);
+    }
+    acc_t v15[5];
+    for (int64_t i0 = 0; i0 < 5; ++i0) {
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < 2; ++j0) total += v14[j0 * 5 + i0];
+      v15[i0] = total;
+    }
+    acc_t v17[5];
+    for (int64_t i0 = 0; i0 < 5; ++i0) {
+      v17[i0] = (v15[i0] * (acc_t)0.5);
+    }
+    acc_t v18[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 5; ++j1) total += v14[i0 * 5 + j1];
+      v18[i0] = total;
+    }
+    acc_t v19[1];
+    {
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < 2; ++j0) total += v18[j0];
+      v19[0] = total;
+    }
+    acc_t v20[1];
+    {
+      v20[0] = (v19[0] * (acc_t)0.5);
+    }
+    acc_t v21[5];
+    for (int64_t i0 = 0; i0 < 5; ++i0) {
+      v21[i0] = (v17[i0] + v20[0]);
+    }
+    for (int64_t i0 = 0; i0 < 5; ++i0) {
+      b2[r * 5 + i0] = v21[i0];
+    }
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      b3[r * 10 + i0 * 5 + i1] = v13[i0 * 5 + i1];
+    }
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      b4[r * 2 + i0] = v4[i0];
+    }
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      b5[r * 2 + i0] = v8[i0];
+    }
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[0] * 10) return 1;  // feature:h@src [2, 5]
+  if (numels[1] != sizes[1] * 10) return 2;  // feature:g@dst [2, 5]
+  if (numels[2] != sizes[1] * 5) return 3;  // output:out0@dst [5]
+  if (numels[3] != sizes[1] * 10) return 4;  // saved:13@dst [2, 5]
+  if (numels[4] != sizes[1] * 2) return 5;  // saved:4@dst [2, 1]
+  if (numels[5] != sizes[1] * 2) return 6;  // saved:8@dst [2, 1]
+  forward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 6; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  p.scratch_per_row = 0;
+  p.scratch = nullptr;
+  if (p.scratch_per_row > 0) {
+    p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
+    if (p.scratch == nullptr)
+      return seastar_fail(-1, "out of memory for the kernels' per-row scratch");
+  }
+  __SEASTAR_PREFIX__forward_kernel0(p);
+  std::free(p.scratch);
+  return 0;
+}
+
+struct backward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[9];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  // dst rows, 2 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
+  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_dst; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v0 = b0 + r * 5;
+    acc_t v1[1];
+    {
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
+      v1[0] = total;
+    }
+    const acc_t* v2 = v1;
+    acc_t v4[1];
+    {
+      v4[0] = (v2[0] * (acc_t)0.5);
+    }
+    const acc_t* v7 = v4;
+    acc_t v8[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v8[i0] = v7[0];
+    }
+    const acc_t* v9 = v8;
+    acc_t v10[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v10[i0 * 5 + i1] = v9[i0];
+    }
+    acc_t v11[5];
+    for (int64_t i0 = 0; i0 < 5; ++i0) {
+      v11[i0] = (v0[i0] * (acc_t)0.5);
+    }
+    const acc_t* v12 = v11;
+    acc_t v13[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v13[i0 * 5 + i1] = v12[i1];
+    }
+    acc_t v14[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v14[i0 * 5 + i1] = (v10[i0 * 5 + i1] + v13[i0 * 5 + i1]);
+    }
+    const scalar_t* v5 = b1 + r * 10;
+    const acc_t* v20 = b4 + r * 2;
+    acc_t v21[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v21[i0] = (-v20[i0]);
+    }
+    acc_t v37[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v37[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v15 = b3 + nbr * 10;
+      acc_t v16[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v16[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + std::exp(-v15[i0 * 5 + i1])));
+      }
+      acc_t v17[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v17[i0 * 5 + i1] = (v14[i0 * 5 + i1] * v16[i0 * 5 + i1]);
+      }
+      acc_t v28[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
+        v28[i0] = total;
+      }
+      acc_t v18[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v18[i0 * 5 + i1] = (v15[i0 * 5 + i1] * v5[i0 * 5 + i1]);
+      }
+      acc_t v19[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
+        v19[i0] = total;
+      }
+      acc_t v22[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v22[i0] = (v19[i0] + v21[i0]);
+      }
+      acc_t v23[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v23[i0] = std::exp(v22[i0]);
+      }
+      acc_t v36[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v36[i0] = (v28[i0] * v23[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v37[i0] += v36[i0];
+      }
+    }
+    const acc_t* v24 = b5 + r * 2;
+    acc_t v25[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v25[i0] = ((acc_t)1 / v24[i0]);
+    }
+    acc_t v38[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v38[i0] = (v25[i0] * v25[i0]);
+    }
+    acc_t v39[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v39[i0] = (v37[i0] * v38[i0]);
+    }
+    acc_t v40[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v40[i0] = (-v39[i0]);
+    }
+    acc_t v48[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v48[i0 * 5 + i1] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v15 = b3 + nbr * 10;
+      acc_t v16[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v16[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + std::exp(-v15[i0 * 5 + i1])));
+      }
+      acc_t v17[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v17[i0 * 5 + i1] = (v14[i0 * 5 + i1] * v16[i0 * 5 + i1]);
+      }
+      acc_t v28[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
+        v28[i0] = total;
+      }
+      acc_t v35[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v35[i0] = (v28[i0] * v25[i0]);
+      }
+      acc_t v41[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v41[i0] = (v35[i0] + v40[i0]);
+      }
+      acc_t v18[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v18[i0 * 5 + i1] = (v15[i0 * 5 + i1] * v5[i0 * 5 + i1]);
+      }
+      acc_t v19[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
+        v19[i0] = total;
+      }
+      acc_t v22[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v22[i0] = (v19[i0] + v21[i0]);
+      }
+      acc_t v23[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v23[i0] = std::exp(v22[i0]);
+      }
+      acc_t v42[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v42[i0] = (v41[i0] * v23[i0]);
+      }
+      acc_t v43[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v43[i0 * 5 + i1] = v42[i0];
+      }
+      acc_t v45[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v45[i0 * 5 + i1] = (v43[i0 * 5 + i1] * v15[i0 * 5 + i1]);
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v48[i0 * 5 + i1] += v45[i0 * 5 + i1];
+      }
+    }
+    acc_t v49[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v49[i0 * 5 + i1] = (v14[i0 * 5 + i1] + v48[i0 * 5 + i1]);
+    }
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      b7[r * 10 + i0 * 5 + i1] = v49[i0 * 5 + i1];
+    }
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      b8[r * 2 + i0] = v37[i0];
+    }
+  }
+}
+
+static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t* __restrict__ indptr = p.graph[3];
+  const int64_t* __restrict__ nbrs = p.graph[4];
+  const int64_t* __restrict__ eids = p.graph[5];
+  const int64_t* __restrict__ order = p.graph[7];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
+  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_src; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v15 = b3 + r * 10;
+    acc_t v16[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v16[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + std::exp(-v15[i0 * 5 + i1])));
+    }
+    acc_t v29[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v29[i0 * 5 + i1] = (acc_t)0.0;
+    }
+    acc_t v46[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v46[i0 * 5 + i1] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 5;
+      acc_t v1[1];
+      {
+        acc_t total = 0;
+        for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
+        v1[0] = total;
+      }
+      const acc_t* v2 = v1;
+      acc_t v4[1];
+      {
+        v4[0] = (v2[0] * (acc_t)0.5);
+      }
+      const acc_t* v7 = v4;
+      acc_t v8[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v8[i0] = v7[0];
+      }
+      const acc_t* v9 = v8;
+      acc_t v10[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v10[i0 * 5 + i1] = v9[i0];
+      }
+      acc_t v11[5];
+      for (int64_t i0 = 0; i0 < 5; ++i0) {
+        v11[i0] = (v0[i0] * (acc_t)0.5);
+      }
+      const acc_t* v12 = v11;
+      acc_t v13[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v13[i0 * 5 + i1] = v12[i1];
+      }
+      acc_t v14[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v14[i0 * 5 + i1] = (v10[i0 * 5 + i1] + v13[i0 * 5 + i1]);
+      }
+      const scalar_t* v5 = b1 + nbr * 10;
+      acc_t v18[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v18[i0 * 5 + i1] = (v15[i0 * 5 + i1] * v5[i0 * 5 + i1]);
+      }
+      acc_t v19[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
+        v19[i0] = total;
+      }
+      const acc_t* v20 = b4 + nbr * 2;
+      acc_t v21[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v21[i0] = (-v20[i0]);
+      }
+      acc_t v22[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v22[i0] = (v19[i0] + v21[i0]);
+      }
+      acc_t v23[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v23[i0] = std::exp(v22[i0]);
+      }
+      const acc_t* v24 = b5 + nbr * 2;
+      acc_t v25[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v25[i0] = ((acc_t)1 / v24[i0]);
+      }
+      acc_t v26[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v26[i0] = (v23[i0] * v25[i0]);
+      }
+      acc_t v27[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v27[i0 * 5 + i1] = (v14[i0 * 5 + i1] * v26[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v29[i0 * 5 + i1] += v27[i0 * 5 + i1];
+      }
+      acc_t v17[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v17[i0 * 5 + i1] = (v14[i0 * 5 + i1] * v16[i0 * 5 + i1]);
+      }
+      acc_t v28[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
+        v28[i0] = total;
+      }
+      acc_t v35[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v35[i0] = (v28[i0] * v25[i0]);
+      }
+      const acc_t* v37 = b8 + nbr * 2;
+      acc_t v38[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v38[i0] = (v25[i0] * v25[i0]);
+      }
+      acc_t v39[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v39[i0] = (v37[i0] * v38[i0]);
+      }
+      acc_t v40[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v40[i0] = (-v39[i0]);
+      }
+      acc_t v41[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v41[i0] = (v35[i0] + v40[i0]);
+      }
+      acc_t v42[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v42[i0] = (v41[i0] * v23[i0]);
+      }
+      acc_t v43[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v43[i0 * 5 + i1] = v42[i0];
+      }
+      acc_t v44[10];
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v44[i0 * 5 + i1] = (v43[i0 * 5 + i1] * v5[i0 * 5 + i1]);
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+        v46[i0 * 5 + i1] += v44[i0 * 5 + i1];
+      }
+    }
+    acc_t v31[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v31[i0 * 5 + i1] = (-v16[i0 * 5 + i1]);
+    }
+    acc_t v32[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v32[i0 * 5 + i1] = ((acc_t)1.0 + v31[i0 * 5 + i1]);
+    }
+    acc_t v33[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v33[i0 * 5 + i1] = (v16[i0 * 5 + i1] * v32[i0 * 5 + i1]);
+    }
+    acc_t v34[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v34[i0 * 5 + i1] = (v29[i0 * 5 + i1] * v33[i0 * 5 + i1]);
+    }
+    acc_t v47[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v47[i0 * 5 + i1] = (v34[i0 * 5 + i1] + v46[i0 * 5 + i1]);
+    }
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      b6[r * 10 + i0 * 5 + i1] = v47[i0 * 5 + i1];
+    }
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[1] * 5) return 1;  // adjoint:out0@dst [5]
+  if (numels[1] != sizes[1] * 10) return 2;  // feature:g@dst [2, 5]
+  if (numels[2] != sizes[1] * 10) return 3;  // saved:13@dst [2, 5]
+  if (numels[3] != sizes[0] * 10) return 4;  // feature:h@src [2, 5]
+  if (numels[4] != sizes[1] * 2) return 5;  // saved:4@dst [2, 1]
+  if (numels[5] != sizes[1] * 2) return 6;  // saved:8@dst [2, 1]
+  if (numels[6] != sizes[0] * 10) return 7;  // gradient:h@src [2, 5]
+  if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
+  if (numels[8] != sizes[1] * 2) return 9;  // temp:37@dst [2, 1]
+  backward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 9; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  p.scratch_per_row = 0;
+  p.scratch = nullptr;
+  if (p.scratch_per_row > 0) {
+    p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
+    if (p.scratch == nullptr)
+      return seastar_fail(-1, "out of memory for the kernels' per-row scratch");
+  }
+  __SEASTAR_PREFIX__backward_kernel0(p);
+  __SEASTAR_PREFIX__backward_kernel1(p);
+  std::free(p.scratch);
+  return 0;
+}
+
+extern "C" const char* seastar___SEASTAR_PREFIX__last_error() { return last_error; }
+
+}  // namespace seastar___SEASTAR_PREFIX__

@@ -1,0 +1,209 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <omp.h>
+
+namespace seastar___SEASTAR_PREFIX__ {
+typedef float scalar_t;
+typedef float acc_t;
+
+static const char* last_error = "";
+static int seastar_fail(int code, const char* message) { last_error = message; return code; }
+
+struct forward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[3];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+  // dst rows, 1 loop(s) over their in-edges
+  const int64_t s0 = p.dims[0]; (void)s0;
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_dst; ++r) {
+    acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    acc_t* __restrict__ v3 = scratch + 0;
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      v3[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * s0;
+      const scalar_t* v1 = b1 + nbr * 1;
+      acc_t* __restrict__ v2 = scratch + (s0);
+      for (int64_t i0 = 0; i0 < s0; ++i0) {
+        v2[i0] = (v0[i0] * v1[0]);
+      }
+      for (int64_t i0 = 0; i0 < s0; ++i0) {
+        v3[i0] += v2[i0];
+      }
+    }
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      b2[r * s0 + i0] = v3[i0];
+    }
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  const int64_t s0 = dims[0]; (void)s0;
+  if (numels[0] != sizes[0] * s0) return 1;  // feature:h@src ['s0']
+  if (numels[1] != sizes[0] * 1) return 2;  // feature:norm@src [1]
+  if (numels[2] != sizes[1] * s0) return 3;  // output:out0@dst ['s0']
+  forward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 1; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 3; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  p.scratch_per_row = (s0) + (s0);
+  p.scratch = nullptr;
+  if (p.scratch_per_row > 0) {
+    p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
+    if (p.scratch == nullptr)
+      return seastar_fail(-1, "out of memory for the kernels' per-row scratch");
+  }
+  __SEASTAR_PREFIX__forward_kernel0(p);
+  std::free(p.scratch);
+  return 0;
+}
+
+struct backward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[5];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t s0 = p.dims[0]; (void)s0;
+  const int64_t* __restrict__ indptr = p.graph[3];
+  const int64_t* __restrict__ nbrs = p.graph[4];
+  const int64_t* __restrict__ eids = p.graph[5];
+  const int64_t* __restrict__ order = p.graph[7];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
+  scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
+  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+  for (int64_t r = 0; r < p.num_src; ++r) {
+    acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    acc_t* __restrict__ v1 = scratch + 0;
+    for (int64_t f0 = 0; f0 < s0; f0 += 16) {
+      if (f0 + 16 <= s0) {
+        acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * s0;
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const int64_t f = f0 + k;
+            acc1[k] += v0[f];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          const int64_t f = f0 + k;
+          v1[f] = acc1[k];
+        }
+      } else {
+        acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * s0;
+          #pragma omp simd
+          for (int k = 0; k < (int)((s0) - f0); ++k) {
+            const int64_t f = f0 + k;
+            acc1[k] += v0[f];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((s0) - f0); ++k) {
+          const int64_t f = f0 + k;
+          v1[f] = acc1[k];
+        }
+      }
+    }
+    const scalar_t* v2 = b1 + r * 1;
+    acc_t* __restrict__ v3 = scratch + (s0);
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      v3[i0] = (v1[i0] * v2[0]);
+    }
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      b3[r * s0 + i0] = v3[i0];
+    }
+    const scalar_t* v4 = b2 + r * s0;
+    acc_t* __restrict__ v5 = scratch + (s0) + (s0);
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      v5[i0] = (v1[i0] * v4[i0]);
+    }
+    acc_t v6[1];
+    {
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < s0; ++j0) total += v5[j0];
+      v6[0] = total;
+    }
+    {
+      b4[r * 1 + 0] = v6[0];
+    }
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  const int64_t s0 = dims[0]; (void)s0;
+  if (numels[0] != sizes[1] * s0) return 1;  // adjoint:out0@dst ['s0']
+  if (numels[1] != sizes[0] * 1) return 2;  // feature:norm@src [1]
+  if (numels[2] != sizes[0] * s0) return 3;  // feature:h@src ['s0']
+  if (numels[3] != sizes[0] * s0) return 4;  // gradient:h@src ['s0']
+  if (numels[4] != sizes[0] * 1) return 5;  // gradient:norm@src [1]
+  backward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 1; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 5; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  p.scratch_per_row = (s0) + (s0) + (s0);
+  p.scratch = nullptr;
+  if (p.scratch_per_row > 0) {
+    p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
+    if (p.scratch == nullptr)
+      return seastar_fail(-1, "out of memory for the kernels' per-row scratch");
+  }
+  __SEASTAR_PREFIX__backward_kernel0(p);
+  std::free(p.scratch);
+  return 0;
+}
+
+extern "C" const char* seastar___SEASTAR_PREFIX__last_error() { return last_error; }
+
+}  // namespace seastar___SEASTAR_PREFIX__

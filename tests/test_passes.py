@@ -1,0 +1,194 @@
+"""Each pass on small hand-built IR: what it must rewrite, what it must leave alone."""
+import pytest
+
+from seastar_layers.ir import Builder, BufferKey, Kind, Op, Program, Role, Space, verify
+from seastar_layers.passes.autodiff import adjoint_key, autodiff, gradient_key
+from seastar_layers.passes.canonicalize import canonicalize
+from seastar_layers.passes.hoist import hoist_params
+from seastar_layers.passes.schedule import schedule
+from seastar_layers.passes.softmax import stabilise_softmax
+
+OUT = BufferKey(Role.OUTPUT, "out0", Space.DST)
+
+
+def feature(b: Builder, name: str, space: Space, shape=(2,)) -> int:
+    return b.input(BufferKey(Role.FEATURE, name, space), shape)
+
+
+def ops_of(prog: Program) -> list[Op]:
+    return [n.op for n in prog.nodes]
+
+
+def gat(b: Builder, heads=2, channels=3) -> Program:
+    """softmax over in-edges of leaky_relu(a_src + a_dst), weighting h_src (GAT)."""
+    a_src = feature(b, "a_src", Space.SRC, (heads, 1))
+    a_dst = feature(b, "a_dst", Space.DST, (heads, 1))
+    h = feature(b, "h", Space.SRC, (heads, channels))
+    score = b.emit(Op.LEAKY_RELU, (b.add(a_src, a_dst),), slope=0.2)
+    weight = b.emit(Op.EXP, (score,))
+    total = b.aggregate(Op.AGG_SUM, weight, Space.DST)
+    out = b.aggregate(Op.AGG_SUM, b.mul(b.mul(weight, b.recip(total)), h), Space.DST)
+    return b.program([(OUT, out)])
+
+
+# --- canonicalize ------------------------------------------------------------------------------
+def test_canonicalize_leaves_no_sub_or_div():
+    b = Builder()
+    x, y = feature(b, "x", Space.SRC), feature(b, "y", Space.DST)
+    out = b.aggregate(Op.AGG_SUM, b.emit(Op.DIV, (b.emit(Op.SUB, (x, y)), y)), Space.DST)
+    prog = canonicalize(b.program([(OUT, out)]))
+    verify(prog, "canonicalize")
+    assert Op.SUB not in ops_of(prog) and Op.DIV not in ops_of(prog)
+    assert {Op.NEG, Op.RECIP} <= set(ops_of(prog))
+
+
+# --- softmax stabilisation -----------------------------------------------------------------------
+def test_softmax_gets_a_stop_gradient_row_max():
+    prog = stabilise_softmax(gat(Builder()))
+    verify(prog, "stabilise_softmax")
+    maxes = [n for n in prog.nodes if n.op is Op.AGG_MAX]
+    assert len(maxes) == 1 and maxes[0].attr("stop_gradient")
+    exps = [n for n in prog.nodes if n.op is Op.EXP]
+    assert len(exps) == 1 and exps[0].attr("stabilised")
+    # exp's operand is now score + (-max)
+    (arg,) = exps[0].args
+    assert prog.nodes[arg].op is Op.ADD and any(prog.nodes[a].op is Op.NEG for a in prog.nodes[arg].args)
+
+
+def test_an_unnormalised_exp_sum_is_left_alone():
+    b = Builder()
+    x = feature(b, "x", Space.SRC)
+    out = b.aggregate(Op.AGG_SUM, b.emit(Op.EXP, (x,)), Space.DST)  # sum(exp(x)): not scale invariant
+    prog = b.program([(OUT, out)])
+    assert stabilise_softmax(prog) == prog
+
+
+def test_a_nonlinearity_of_the_normalised_weights_is_left_alone():
+    b = Builder()
+    x = feature(b, "x", Space.SRC)
+    w = b.emit(Op.EXP, (x,))
+    total = b.aggregate(Op.AGG_SUM, w, Space.DST)
+    out = b.aggregate(Op.AGG_SUM, b.emit(Op.EXP, (w,)), Space.DST)  # exp(exp(x)) is not invariant
+    out = b.add(out, total)
+    prog = b.program([(OUT, out)])
+    assert not any(n.op is Op.AGG_MAX for n in stabilise_softmax(prog).nodes)
+
+
+# --- hoisting ----------------------------------------------------------------------------------
+def test_parameter_only_arithmetic_moves_to_the_prelude():
+    b = Builder()
+    w = b.input(BufferKey(Role.PARAM, "w", Space.PARAM), (2,))
+    x = feature(b, "x", Space.SRC)
+    scaled = b.emit(Op.SIGMOID, (b.mul(w, b.const(3.0)),))  # only parameters: torch computes it
+    out = b.aggregate(Op.AGG_SUM, b.mul(x, scaled), Space.DST)
+    prog, prelude = hoist_params(b.program([(OUT, out)]))
+    verify(prog, "hoist")
+    verify(prelude, "prelude")
+    assert Op.SIGMOID not in ops_of(prog) and Op.SIGMOID in ops_of(prelude)
+    hoisted = [n.attr("key") for n in prog.nodes if n.op is Op.INPUT and n.space is Space.PARAM]
+    assert [k.name for k, _ in prelude.outputs] == [k.name for k in hoisted if k.name.startswith("#param")]
+
+
+# --- autodiff and save planning ----------------------------------------------------------------
+def test_backward_of_a_weighted_sum_sums_over_out_edges():
+    b = Builder()
+    x = feature(b, "x", Space.SRC)
+    w = feature(b, "w", Space.EDGE, ())
+    out = b.aggregate(Op.AGG_SUM, b.mul(x, w), Space.DST)
+    bwd = autodiff(b.program([(OUT, out)]))
+    verify(bwd.program, "autodiff")
+    assert bwd.saved == ()  # a plain sum needs nothing from the forward
+    grads = dict(bwd.program.outputs)
+    dx = grads[gradient_key(BufferKey(Role.FEATURE, "x", Space.SRC))]
+    dw = grads[gradient_key(BufferKey(Role.FEATURE, "w", Space.EDGE))]
+    # dx: per edge g_dst * w, summed over the source's out-edges (a sweep over sources, no atomics)
+    assert bwd.program.nodes[dx].op is Op.AGG_SUM and bwd.program.nodes[dx].attr("to") == "src"
+    # dw: per edge g_dst . x_src, reduced over the feature axis
+    assert bwd.program.nodes[dw].space is Space.EDGE and bwd.program.nodes[dw].shape == ()
+    inputs = {n.attr("key") for n in bwd.program.nodes if n.op is Op.INPUT}
+    assert adjoint_key(OUT) in inputs
+
+
+def test_softmax_saves_only_aggregation_results():
+    prog = canonicalize(stabilise_softmax(gat(Builder())))
+    bwd = autodiff(prog)
+    verify(bwd.program, "autodiff")
+    saved = [prog.nodes[i] for i in bwd.saved]
+    assert saved and all(n.op.kind == Kind.AGGREGATION for n in saved)
+    assert all(n.space is Space.DST for n in saved)  # O(rows): never per edge
+    assert {n.op for n in saved} == {Op.AGG_MAX, Op.AGG_SUM}
+
+
+def test_max_aggregation_gradient_is_shared_among_winners():
+    b = Builder()
+    x = feature(b, "x", Space.SRC)
+    out = b.aggregate(Op.AGG_MAX, x, Space.DST)
+    bwd = autodiff(b.program([(OUT, out)]))
+    ops = ops_of(bwd.program)
+    assert Op.EQ in ops  # winners found by comparing with the saved max
+    assert len(bwd.saved) == 1
+
+
+def test_stop_gradient_max_gets_no_adjoint():
+    prog = canonicalize(stabilise_softmax(gat(Builder())))
+    bwd = autodiff(prog)
+    # the stabilising max must not be differentiated: no EQ-based winner search in the backward
+    assert Op.EQ not in ops_of(bwd.program)
+
+
+@pytest.mark.parametrize("op", [Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.SIGMOID, Op.ABS, Op.RELU, Op.ERF])
+def test_unary_rules_build_verifiable_backward(op):
+    b = Builder()
+    x = feature(b, "x", Space.SRC)
+    out = b.aggregate(Op.AGG_SUM, b.emit(op, (x,)), Space.DST)
+    bwd = autodiff(b.program([(OUT, out)]))
+    verify(bwd.program, f"autodiff of {op.name}")
+    assert gradient_key(BufferKey(Role.FEATURE, "x", Space.SRC)) in dict(bwd.program.outputs)
+
+
+def test_parameter_gradients_come_as_per_row_partials():
+    b = Builder()
+    w = b.input(BufferKey(Role.PARAM, "w", Space.PARAM), (2,))
+    x = feature(b, "x", Space.SRC)
+    y = feature(b, "y", Space.DST)
+    out = b.add(b.aggregate(Op.AGG_SUM, b.mul(x, w), Space.DST), b.mul(y, w))
+    bwd = autodiff(b.program([(OUT, out)]))
+    keys = [k for k, _ in bwd.program.outputs if k.role is Role.GRADIENT and k.space is Space.PARAM]
+    # y * w is per destination; x * w is per source (summed over its out-edges' adjoints): one partial
+    # sum per row of each, which the runtime adds up in torch
+    assert {k.bucket for k in keys} == {Space.DST, Space.SRC}
+
+
+# --- scheduling --------------------------------------------------------------------------------
+def test_gat_forward_is_one_kernel_of_three_loops():
+    prog = canonicalize(stabilise_softmax(gat(Builder())))
+    sched = schedule(prog)
+    assert len(sched.kernels) == 1
+    kern = sched.kernels[0]
+    assert kern.direction is Space.DST
+    assert [len(loop.aggs) for loop in kern.loops] == [1, 1, 1]  # max, sum, weighted sum
+    assert {b.role for b in sched.buffers} == {Role.FEATURE, Role.OUTPUT}
+
+
+def test_gat_backward_sweeps_destinations_then_sources():
+    prog = canonicalize(stabilise_softmax(gat(Builder())))
+    bwd = autodiff(prog)
+    sched = schedule(bwd.program)
+    directions = [k.direction for k in sched.kernels]
+    assert directions[0] is Space.DST and Space.SRC in directions
+    # values crossing from a dst sweep to a src sweep go through temp buffers of O(rows)
+    temps = [b for b in sched.buffers if b.role is Role.TEMP]
+    assert all(b.rows in (Space.DST, Space.SRC) for b in temps)
+    # the source gradients are written by src sweeps, per row: no edge-sized buffer but the inputs
+    assert not [b for b in sched.buffers if b.rows is Space.EDGE and not b.is_input]
+
+
+def test_edge_outputs_are_written_in_the_loop_that_computes_them():
+    b = Builder()
+    x, y = feature(b, "x", Space.SRC), feature(b, "y", Space.DST)
+    per_edge = b.mul(x, y)
+    out = b.aggregate(Op.AGG_SUM, per_edge, Space.DST)
+    edge_key = BufferKey(Role.OUTPUT, "out1", Space.EDGE)
+    sched = schedule(b.program([(OUT, out), (edge_key, per_edge)]))
+    (kern,) = sched.kernels
+    assert kern.loops[0].edge_writes == [(edge_key, per_edge)]
