@@ -150,6 +150,15 @@ def test_block_reduction_with_syncthreads(primitives, monkeypatch, threads):
         assert torch.equal(out, expected)
 
 
+def test_threads_returning_before_the_first_barrier_stop_counting(primitives, monkeypatch):
+    x = torch.arange(64, dtype=torch.float32)
+    for seed in range(3):
+        monkeypatch.setenv("SEASTAR_EMU_SEED", str(seed))
+        out = torch.full((64,), math.nan)
+        primitives("run_early_return", x, out, 64, 40)
+        assert torch.equal(out[:40], x[:40].roll(-1)) and out[40:].isnan().all()
+
+
 def group_ring_model(x: list[int]) -> list[int]:
     """group_ring in primitives.cu as the GPU computes it: each group of 8 lanes rotates its values
     (plus one) as many times as its trip count."""
@@ -436,7 +445,7 @@ MISUSE = {  # the Misuse enum in bugs.cu: (error code, what the message must say
     "syncwarp_lane_exits": (ILLEGAL_INSTRUCTION, ["__syncwarp(mask 0x000000ff)", "lane 7", "exited"]),
     "syncwarp_lane_at_barrier": (ILLEGAL_INSTRUCTION, ["deadlock", "__syncwarp(mask 0x000000ff)", "__syncthreads()"]),
     "divergent_syncthreads": (ILLEGAL_INSTRUCTION, ["__syncthreads in divergent code", "bugs.cu:"]),
-    "syncthreads_after_exit": (ILLEGAL_INSTRUCTION, ["__syncthreads()", "exited"]),
+    "exit_after_barrier": (ILLEGAL_INSTRUCTION, ["__syncthreads()", "exited", "having passed an earlier barrier"]),
     "shuffle_from_exited_lane": (ILLEGAL_INSTRUCTION, ["__shfl_down_sync(mask 0xffffffff)", "exited"]),
     "shuffle_outside_mask": (ILLEGAL_INSTRUCTION, ["__shfl_xor_sync(mask 0x0000ffff)", "not in the mask"]),
     "caller_not_in_mask": (ILLEGAL_INSTRUCTION, ["__syncwarp(mask 0x00000001)", "lane 5", "not in the mask"]),

@@ -49,7 +49,7 @@ enum Misuse {
   kSyncwarpLaneExits,        // lane 7 of an 8-lane mask returns instead of reaching __syncwarp
   kSyncwarpLaneAtBarrier,    // lane 7 of an 8-lane mask waits at __syncthreads instead: deadlock
   kDivergentSyncthreads,     // two halves of the block wait at two different __syncthreads
-  kSyncthreadsAfterExit,     // half the block returns, the other half waits at __syncthreads
+  kExitAfterBarrier,         // after a first barrier, half the block returns, half waits at a second
   kShuffleFromExitedLane,    // lanes 16..31 return; lanes 0..15 shuffle down with the full mask
   kShuffleOutsideMask,       // mask 0x0000ffff, but lanes read lanes 16..31
   kCallerNotInMask,          // lane 5 calls __syncwarp(0x1)
@@ -88,7 +88,8 @@ __global__ void misuse(int which, float* out, float* nowhere) {
         __syncthreads();
       }
       break;
-    case kSyncthreadsAfterExit:
+    case kExitAfterBarrier:
+      __syncthreads();
       if (t >= blockDim.x / 2) return;
       __syncthreads();
       break;

@@ -42,6 +42,22 @@ EXPORT int run_block_sum(const float* x, float* out, int n, unsigned threads) {
   return launch_status();
 }
 
+// Threads past `active` return before any barrier (the usual bounds guard); the barrier then
+// waits for the others only.
+__global__ void early_return(const float* x, float* out, unsigned active) {
+  __shared__ float staged[1024];
+  unsigned t = threadIdx.x;
+  if (t >= active) return;
+  staged[t] = x[t];
+  __syncthreads();
+  out[t] = staged[(t + 1) % active];
+}
+
+EXPORT int run_early_return(const float* x, float* out, unsigned threads, unsigned active) {
+  SEASTAR_LAUNCH(early_return, 1, threads, 0, 0)(x, out, active);
+  return launch_status();
+}
+
 // ---- __syncwarp on partial masks -----------------------------------------------------------------
 // Groups of 8 lanes pass values around their ring; each group loops a different number of times
 // and synchronises only its own 8 lanes.

@@ -164,8 +164,10 @@ struct Emulator {
   unsigned char* static_shared;
   std::size_t static_shared_bytes;
   unsigned waiting_at_barrier, exited;
-  Site barrier_site;         // where the threads waiting at __syncthreads wait
-  unsigned first_exited;     // a thread that has exited, for messages
+  unsigned barriers_completed;  // every thread that has not exited has passed this many
+  unsigned exited_late;         // threads that exited after passing a barrier
+  unsigned first_exited_late;   // one of them, for messages
+  Site barrier_site;            // where the threads waiting at __syncthreads wait
   cudaError_t error;
   std::string message;
   volatile sig_atomic_t fault_signal;
@@ -266,9 +268,11 @@ inline Thread* running_thread(const char* primitive) {
 inline void block_until_released(Thread& t) { swapcontext(&t.context, &emu.scheduler); }
 
 // ---- __syncthreads and thread exit ---------------------------------------------------------------
-// A barrier completes when every thread of the block waits at the same __syncthreads call. Any
-// thread exiting while a barrier is pending, or before one is reached, is an error (on the GPU
-// the outcome depends on the hardware; the fix is to guard code instead of returning early).
+// A barrier completes when every thread of the block that has not exited waits at the same
+// __syncthreads call (as on sm_70+). A thread that returns before its first barrier (the usual
+// `if (i >= n) return;`) simply stops counting. A thread that exits after passing a barrier,
+// while others wait at the next one or before they reach it, is an error whatever the order: it
+// is the signature of a barrier in divergent code, such as a loop with per-thread trip counts.
 inline bool same_site(Site a, Site b) {
   return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
 }
@@ -277,12 +281,12 @@ inline void syncthreads(Site site) {
   Thread* caller = running_thread("__syncthreads");
   if (caller == nullptr) return;
   Thread& t = *caller;
-  if (emu.exited > 0)
+  if (emu.exited_late > 0)
     fail(cudaErrorIllegalInstruction,
          describe(t) + " reached __syncthreads() at " + describe(site) + " after " +
-             describe(emu.threads[emu.first_exited]) +
-             " exited: every thread of the block must reach each __syncthreads (guard the code instead "
-             "of returning early)");
+             describe(emu.threads[emu.first_exited_late]) +
+             " exited, having passed an earlier barrier: once past a __syncthreads, every thread of the block must "
+             "reach each later one (a barrier in divergent code?)");
   if (emu.waiting_at_barrier > 0 && !same_site(site, emu.barrier_site))
     fail(cudaErrorIllegalInstruction,
          "__syncthreads in divergent code: " + describe(t) + " reached __syncthreads() at " + describe(site) +
@@ -299,11 +303,12 @@ inline unsigned warp_lanes(unsigned warp_base) {  // the lanes that exist in a w
 }
 
 [[noreturn]] inline void thread_exit(Thread& t) {
-  if (emu.waiting_at_barrier > 0)
+  bool late = emu.barriers_completed > 0;
+  if (late && emu.waiting_at_barrier > 0)
     fail(cudaErrorIllegalInstruction,
          describe(t) + " exited while other threads wait at __syncthreads() at " + describe(emu.barrier_site) +
-             ": every thread of the block must reach each __syncthreads (guard the code instead of returning "
-             "early)");
+             ", having passed an earlier barrier: once past a __syncthreads, every thread of the block must reach "
+             "each later one (a barrier in divergent code?)");
   unsigned lane = t.linear % 32, base = t.linear - lane;
   for (unsigned other = base; other < base + 32 && other < emu.nthreads; ++other) {
     const Thread& o = emu.threads[other];
@@ -313,7 +318,8 @@ inline unsigned warp_lanes(unsigned warp_base) {  // the lanes that exist in a w
                " with it in the mask: every lane in the mask must reach a matching call");
   }
   t.wait = Wait::exited;
-  if (emu.exited++ == 0) emu.first_exited = t.linear;
+  ++emu.exited;
+  if (late && emu.exited_late++ == 0) emu.first_exited_late = t.linear;
   setcontext(&emu.scheduler);
   std::abort();
 }
@@ -508,12 +514,14 @@ inline std::string deadlock_report() {
 
 // The released threads go to emu.runnable. Returns false when the launch failed.
 inline bool release_waiting_threads() {
-  if (emu.waiting_at_barrier == emu.nthreads) {
+  if (emu.waiting_at_barrier > 0 && emu.waiting_at_barrier == emu.nthreads - emu.exited) {
     emu.waiting_at_barrier = 0;
-    for (unsigned i = 0; i < emu.nthreads; ++i) {
-      emu.threads[i].wait = Wait::running;
-      emu.runnable.push_back(i);
-    }
+    ++emu.barriers_completed;
+    for (unsigned i = 0; i < emu.nthreads; ++i)
+      if (emu.threads[i].wait == Wait::barrier) {
+        emu.threads[i].wait = Wait::running;
+        emu.runnable.push_back(i);
+      }
     return true;
   }
   for (unsigned i = 0; i < emu.nthreads; ++i) {
@@ -543,7 +551,7 @@ inline bool run_block(std::uint64_t linear_block) {
     t.context.uc_link = nullptr;
     makecontext(&t.context, thread_main, 0);
   }
-  emu.waiting_at_barrier = emu.exited = 0;
+  emu.waiting_at_barrier = emu.exited = emu.barriers_completed = emu.exited_late = 0;
   Rng rng{emu.seed * 0x2545f4914f6cdd1dull + linear_block};
   emu.runnable.clear();
   for (unsigned i = 0; i < emu.nthreads; ++i) emu.runnable.push_back(i);
