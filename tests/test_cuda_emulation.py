@@ -455,6 +455,7 @@ MISUSE = {  # the Misuse enum in bugs.cu: (error code, what the message must say
     "bad_width": (ILLEGAL_INSTRUCTION, ["__shfl_sync", "width 12"]),
     "dynamic_shared_overrun": (ILLEGAL_ADDRESS, ["past the end of the 256 bytes of dynamic shared memory"]),
     "mask_names_missing_lanes": (ILLEGAL_INSTRUCTION, ["do not exist", "40 threads"]),
+    "nested_launch": (801, ["launched kernel child(float*)", "dynamic parallelism"]),
 }
 
 # Runs one misuse case in a child process, then a correct launch in the same process.

@@ -59,7 +59,10 @@ enum Misuse {
   kBadWidth,                 // width 12
   kDynamicSharedOverrun,     // writes past the requested dynamic shared memory
   kMaskNamesMissingLanes,    // a block of 40 threads: warp 1 has 8 lanes, not 32
+  kNestedLaunch,             // a kernel launches a kernel (emulator only: nvcc needs -rdc for that)
 };
+
+__global__ void child(float* out) { out[threadIdx.x] = 0; }
 
 __device__ int recurse(int depth, int limit) {
   volatile int frame[256];
@@ -123,6 +126,11 @@ __global__ void misuse(int which, float* out, float* nowhere) {
     }
     case kMaskNamesMissingLanes:
       v = __shfl_xor_sync(0xffffffffu, v, 1);
+      break;
+    case kNestedLaunch:
+#if defined(SEASTAR_CUDA_EMULATION)
+      if (t == 0) SEASTAR_LAUNCH(child, 1, 1, 0, 0)(out);
+#endif
       break;
   }
   out[t] = v;

@@ -733,11 +733,10 @@ inline std::string launch_description() {
 // Validates the launch, then runs every block; records any error for cudaGetLastError.
 inline void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shmem, void (*invoke)(const void*),
                      const void* params) {
-  if (emu.current != nullptr && pthread_equal(pthread_self(), emu.launch_thread)) {
-    record_error(cudaErrorNotSupported, format("a kernel launched %s from inside a kernel: dynamic parallelism is "
-                                               "not emulated", kernel_name(kernel).c_str()));
-    return;
-  }
+  if (emu.current != nullptr && pthread_equal(pthread_self(), emu.launch_thread))  // from a kernel: stop that one
+    fail(cudaErrorNotSupported, describe(*emu.current) + format(" launched kernel %s: dynamic parallelism is not "
+                                                                "emulated",
+                                                                kernel_name(kernel).c_str()));
   std::lock_guard<std::mutex> lock(emu.launch_mutex);
   emu.kernel = kernel;
   emu.grid = grid;
@@ -748,13 +747,13 @@ inline void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shme
   emu.error = cudaSuccess;
   emu.message.clear();
   emu.fault_signal = 0;
-  unsigned long long stack_kib = 64;
-  bool seed_ok = read_env_number("SEASTAR_EMU_SEED", 0, emu.seed);
-  if (!seed_ok) emu.seed = 0;
   auto refuse = [](cudaError_t code, const std::string& why) { record_error(code, launch_description() + why); };
-  if (!seed_ok)
+  if (!read_env_number("SEASTAR_EMU_SEED", 0, emu.seed)) {
+    emu.seed = 0;  // for the message
     return refuse(cudaErrorInvalidValue,
                   format("SEASTAR_EMU_SEED=%s is not a non-negative integer", std::getenv("SEASTAR_EMU_SEED")));
+  }
+  unsigned long long stack_kib;
   if (!read_env_number("SEASTAR_EMU_STACK_KB", 64, stack_kib) || stack_kib < 16 || stack_kib > 1024 * 1024)
     return refuse(cudaErrorInvalidValue, format("SEASTAR_EMU_STACK_KB=%s is not a number of KiB from 16 to 1048576",
                                                 std::getenv("SEASTAR_EMU_STACK_KB")));
