@@ -209,7 +209,7 @@ def test_shuffle_model_follows_the_cuda_guide():
     assert shuffle_source(DOWN, 20, 16, 32) == 20 and shuffle_source(XOR, 20, 16, 32) == 4
 
 
-SHUFFLE_TYPES = {  # entry point suffix: (storage dtype, how to draw values that use every bit)
+SHUFFLE_TYPES = {  # entry point suffix: the dtype holding its values (unsigned in signed: compared bit for bit)
     "int32": torch.int32, "uint32": torch.int32, "int64": torch.int64, "uint64": torch.int64,
     "float32": torch.float32, "float64": torch.float64,
 }
