@@ -94,6 +94,7 @@ setup(
     long_description=(ROOT / "README.md").read_text(),
     long_description_content_type="text/markdown",
     packages=find_packages(include=["seastar_layers", "seastar_layers.*"]),
+    package_data={"seastar_layers": ["codegen/include/*.h"]},  # the CUDA headers generated sources include
     ext_modules=[layers],
     cmdclass={"build_ext": BuildLayers},
     python_requires=">=3.10",
