@@ -6,12 +6,14 @@ and everything that touches edges runs as one fused vertex program.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
+from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
@@ -46,12 +48,47 @@ def _check_edge_index(edge_index: Tensor) -> None:
         raise ValueError(f"'edge_index' must have shape (2, E), got {tuple(edge_index.shape)}")
 
 
+def _is_sparse(adj) -> bool:
+    return (isinstance(adj, Tensor) and (adj.is_sparse or adj.layout != torch.strided)) or \
+        type(adj).__name__ == "SparseTensor"
+
+
+def _check_flow(layer: MessagePassing, edge_index) -> None:
+    if layer.flow == "target_to_source" and _is_sparse(edge_index):  # PyG's own refusal, word for word
+        raise ValueError('Flow direction "target_to_source" is invalid for message propagation via '
+                         '`torch_sparse.SparseTensor` or `torch.sparse.Tensor`. If you really want to make use of a '
+                         'reverse message passing flow, pass in the transposed sparse tensor to the message passing '
+                         'module, e.g., `adj_t.t()`.')
+
+
+def _message_graph(layer: MessagePassing, source, size: tuple[int, int], key: tuple = (), process=None) -> Graph:
+    """The graph messages travel along, cached per user graph object: the edges of `source` after
+    `process(edge_index)` (self-loops, normalisation), reversed for flow="target_to_source".
+    size is (senders, receivers)."""
+    flip = layer.flow == "target_to_source"
+    if process is None and not flip and not _is_sparse(source):
+        return as_graph(source, size)  # a sorted EdgeIndex brings its own CSR/CSC
+
+    def build(plain):
+        edges = _edge_list(plain)[0]
+        edges = process(edges) if process is not None else edges
+        return Graph.from_edge_index(edges.flip(0) if flip else edges, size)
+
+    return as_graph(source, None, (layer.flow, size) + key, build)
+
+
 class _NoTemplates:
     """PyG renders propagate()/edge_updater() from the calls it finds in forward()'s source; ours
     makes none, so the fallback path uses MessagePassing's generic implementations instead."""
 
     def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
         return None
+
+
+def _check_static(layer: str, x: Tensor, in_channels) -> None:
+    if x.dim() != 2:  # PyG asserts the same ("Static graphs not supported in 'GATConv'")
+        raise ValueError(f"{layer} expects node features of shape (N, {in_channels}), got {tuple(x.shape)}; "
+                         "like PyG's, it does not support static graphs (a batch axis before the vertex axis)")
 
 
 class GATConv(_NoTemplates, pyg_nn.GATConv):
@@ -68,9 +105,9 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
         programs.check_features("GATConv", x)
         H, C = self.heads, self.out_channels
         res = None
+        # (senders, receivers) features, whichever the flow, as PyG's rendered propagate() reads them
         if isinstance(x, Tensor):
-            if x.dim() != 2:
-                raise ValueError(f"GATConv expects node features of shape (N, {self.in_channels}), got {tuple(x.shape)}")
+            _check_static("GATConv", x, self.in_channels)
             if self.res is not None:
                 res = self.res(x)
             if self.lin is not None:
@@ -79,6 +116,7 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
                 x_src, x_dst = self.lin_src(x).view(-1, H, C), self.lin_dst(x).view(-1, H, C)
         else:
             x_src, x_dst = x
+            _check_static("GATConv", x_src, self.in_channels)
             if x_dst is not None and self.res is not None:
                 res = self.res(x_dst)
             lin_src = self.lin if self.lin is not None else self.lin_src
@@ -88,12 +126,13 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
 
         a_src = (x_src * self.att_src).sum(-1, keepdim=True)
         a_dst = (x_dst * self.att_dst).sum(-1, keepdim=True) if x_dst is not None else None
-        edge_index, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
-        _check_edge_index(edge_index)
+        _check_flow(self, edge_index)
+        plain, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
+        _check_edge_index(plain)
         size = size if size is not None else sparse_size
         num_src = x_src.size(0)
         num_dst = size[1] if size is not None else (x_dst.size(0) if x_dst is not None else num_src)
-        graph, edge_attr = self._graph(edge_index, edge_attr, num_src, num_dst, size, x_dst)
+        graph, edge_attr = self._graph(edge_index, plain, edge_attr, num_src, num_dst, size, x_dst)
 
         feats = {"a_src": a_src, "x": x_src}
         if a_dst is not None:
@@ -102,9 +141,12 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
             e = self.lin_edge(edge_attr).view(-1, H, C)
             feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
+        mask = None
         if self.training and self.dropout > 0:
             keep = 1.0 - self.dropout
-            feats["mask"] = torch.empty(graph.num_edges, H, 1, dtype=x_src.dtype).bernoulli_(keep) / keep
+            mask = torch.empty(graph.num_edges, H, 1, dtype=x_src.dtype).bernoulli_(keep) / keep
+        if mask is not None:
+            feats["mask"] = mask.contiguous()
         slope = x_src.new_tensor(self.negative_slope)
         prog = programs.gat_attention("a_dst" in feats, "a_edge" in feats, "mask" in feats, slope)
         out = prog(graph, **feats)
@@ -115,53 +157,64 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
             out = out + self.bias
         return out
 
-    def _graph(self, edge_index, edge_attr, num_src, num_dst, size, x_dst):
+    def _graph(self, edge_index, plain, edge_attr, num_src, num_dst, size, x_dst):
         if not self.add_self_loops:
-            return as_graph(edge_index, (num_src, num_dst)), edge_attr
+            return _message_graph(self, edge_index, (num_src, num_dst)), edge_attr
         loops = num_src if x_dst is None else min(num_src, x_dst.size(0))
         loops = min(size) if size is not None else loops
 
-        def build(ei):
+        def with_self_loops(ei):
             ei, _ = remove_self_loops(ei)
-            ei, _ = add_self_loops(ei, num_nodes=loops)
-            return Graph.from_edge_index(ei, (num_src, num_dst))
+            return add_self_loops(ei, num_nodes=loops)[0]
 
-        graph = as_graph(edge_index, None, ("gat-self-loops", loops, num_src, num_dst), build)
+        graph = _message_graph(self, edge_index, (num_src, num_dst), ("gat-self-loops", loops), with_self_loops)
         if edge_attr is not None:  # edge features follow the same removal and fill, as in PyG
-            ei, edge_attr = remove_self_loops(edge_index, edge_attr)
+            ei, edge_attr = remove_self_loops(plain, edge_attr)
             _, edge_attr = add_self_loops(ei, edge_attr, fill_value=self.fill_value, num_nodes=loops)
         return graph, edge_attr
 
 
-def _is_sparse(adj) -> bool:
-    return (isinstance(adj, Tensor) and (adj.is_sparse or adj.layout != torch.strided)) or \
-        type(adj).__name__ == "SparseTensor"
+def _num_vertices(layer: MessagePassing, name: str, x: Tensor) -> int:
+    if not -x.dim() <= layer.node_dim < x.dim():
+        raise ValueError(f"{name} reads vertices along node_dim={layer.node_dim}, but the node features have shape "
+                         f"{tuple(x.shape)}; pass (N, F) features, or (B, N, F) with node_dim=-2")
+    return x.size(layer.node_dim)
 
 
-def _normalized(layer, x: Tensor, edge_index, edge_weight, improved: bool):
-    """gcn_norm's (graph, weights), with PyG's cached=True semantics and our graph cache."""
+def _vertex_rows(layer: MessagePassing, x: Tensor):
+    """x as one row per vertex: PyG's node_dim axis first and every other axis folded into the
+    features (a batch of feature sets over one static graph is one wider feature set), and the
+    function that puts a result of the same layout back. A no-op for (N, F) features."""
+    axis = layer.node_dim % x.dim()
+    moved = x.movedim(axis, 0)
+    features = moved.shape[1:]
+    return moved.reshape(moved.size(0), math.prod(features)), \
+        lambda out: out.reshape(out.size(0), *features).movedim(0, axis)
+
+
+def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool):
+    """The graph messages travel along and its edge weights: gcn_norm's when the layer normalizes,
+    with PyG's cached=True semantics, and PyG's flow."""
     if layer.normalize and layer.cached and layer._cached_edge_index is not None:
         return layer._cached_edge_index
-    n = x.size(layer.node_dim)
-    if not layer.normalize:
-        edge_index, edge_weight, _ = _edge_list(edge_index, edge_weight)
-        _check_edge_index(edge_index)
-        if layer.flow != "source_to_target":
-            edge_index = edge_index.flip(0)
-        return as_graph(edge_index, n, (layer.flow,)), edge_weight
-    if _is_sparse(edge_index):
+    n = _num_vertices(layer, name, x)
+    _check_flow(layer, edge_index)
+    if layer.normalize and _is_sparse(edge_index):
         # PyG normalises a sparse adjacency in its own way (self-loops added, not "remaining")
         normalized = gcn_norm(edge_index, None, n, improved, layer.add_self_loops, layer.flow, x.dtype)
         normalized = normalized[0] if isinstance(normalized, tuple) else normalized
         ei, weight, _ = _edge_list(normalized)
     else:
-        edge_index, edge_weight, _ = _edge_list(edge_index, edge_weight)
-        _check_edge_index(edge_index)
-        ei, weight = gcn_norm(edge_index, edge_weight, n, improved, layer.add_self_loops, layer.flow, x.dtype)
-    tag = ("gcn", layer.add_self_loops, n, layer.flow)
-    graph = as_graph(edge_index, None, tag, lambda _: Graph.from_edge_index(ei, n))
+        ei, weight, _ = _edge_list(edge_index, edge_weight)
+        _check_edge_index(ei)
+        if layer.normalize:
+            ei, weight = gcn_norm(ei, weight, n, improved, layer.add_self_loops, layer.flow, x.dtype)
+    if layer.normalize:
+        graph = _message_graph(layer, edge_index, (n, n), ("gcn", layer.add_self_loops), lambda _: ei)
+    else:
+        graph = _message_graph(layer, edge_index, (n, n))
     result = (graph, weight)
-    if layer.cached:
+    if layer.normalize and layer.cached:
         layer._cached_edge_index = result
     return result
 
@@ -176,12 +229,13 @@ class GCNConv(_NoTemplates, pyg_nn.GCNConv):
                              "layer does not support bipartite message passing. Please try other layers such as "
                              "'SAGEConv' or 'GraphConv' instead")
         programs.check_features("GCNConv", x)
-        graph, weight = _normalized(self, x, edge_index, edge_weight, self.improved)
+        graph, weight = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
         x = self.lin(x)
-        feats = {"x": x}
+        rows, restore = _vertex_rows(self, x)
+        feats = {"x": rows}
         if weight is not None:
             feats["w"] = weight.to(x.dtype)
-        out = programs.weighted_sum("w" in feats)(graph, **feats)
+        out = restore(programs.weighted_sum("w" in feats)(graph, **feats))
         if self.bias is not None:
             out = out + self.bias
         return out
@@ -193,17 +247,16 @@ class APPNP(_NoTemplates, pyg_nn.APPNP):
 
     def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
         programs.check_features("APPNP", x)
-        graph, weight = _normalized(self, x, edge_index, edge_weight, False)
+        graph, weight = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
+        rows, restore = _vertex_rows(self, x)
         alpha = x.new_tensor(self.alpha)
-        h = x
+        h = out = rows
         for _ in range(self.K):
             w = weight
             if self.dropout > 0 and self.training:
-                if w is None:
-                    w = x.new_ones(graph.num_edges)
-                w = F.dropout(w, p=self.dropout)
-            feats = {"x": x, "h": h}
+                w = F.dropout(rows.new_ones(graph.num_edges) if w is None else w, p=self.dropout)
+            feats = {"x": out, "h": h}
             if w is not None:
                 feats["w"] = w.to(x.dtype)
-            x = programs.appnp_step("w" in feats, alpha)(graph, **feats)
-        return x
+            out = programs.appnp_step("w" in feats, alpha)(graph, **feats)
+        return restore(out)
