@@ -93,3 +93,115 @@ def test_vertex_axis_outside_the_features_is_refused():
     _, ours = pair("APPNP", K=1, alpha=0.1, node_dim=1)
     with pytest.raises(ValueError, match=r"node_dim=1.*shape \(29,\)"):
         ours(torch.randn(N), data()[1])
+
+
+class _TwoLayers(torch.nn.Module):
+    def __init__(self, lib, kind):
+        super().__init__()
+        first, second = {"GCNConv": (lib.GCNConv(F_IN, 6), lib.GCNConv(6, 3)),
+                         "GATConv": (lib.GATConv(F_IN, 3, heads=2), lib.GATConv(6, 3)),
+                         "APPNP": (lib.GCNConv(F_IN, 3), lib.APPNP(K=3, alpha=0.1))}[kind]
+        self.first, self.second = first, second
+
+    def forward(self, x, edge_index):
+        return self.second(self.first(x, edge_index).relu(), edge_index).log_softmax(-1)
+
+
+@pytest.mark.parametrize("kind", ["GCNConv", "GATConv", "APPNP"])
+def test_gnn_explainer_gives_pyg_explanation(kind):
+    """PyG's Explainer puts a learnable mask on every edge of every layer: the explanation
+    learnt over our layers is the one learnt over PyG's."""
+    from torch_geometric.explain import Explainer, GNNExplainer
+
+    x, ei = data()
+    torch.manual_seed(1)
+    ref = _TwoLayers(pyg_nn, kind)
+    ours = _TwoLayers(sl, kind)
+    ours.load_state_dict(ref.state_dict())
+    explanations = []
+    for model in (ref, ours):
+        explainer = Explainer(model=model.eval(), algorithm=GNNExplainer(epochs=30), explanation_type="model",
+                              node_mask_type="attributes", edge_mask_type="object",
+                              model_config=dict(mode="multiclass_classification", task_level="node",
+                                                return_type="log_probs"))
+        torch.manual_seed(5)
+        explanations.append(explainer(x, ei, index=3))
+    ref_explanation, our_explanation = explanations
+    assert (ref_explanation.edge_mask > 0).sum() > 3  # the target's neighbourhood took part
+    torch.testing.assert_close(our_explanation.edge_mask, ref_explanation.edge_mask, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(our_explanation.node_mask, ref_explanation.node_mask, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name,kwargs", [("GCNConv", dict(in_channels=F_IN, out_channels=6)),
+                                         ("GCNConv", dict(in_channels=F_IN, out_channels=6, normalize=False)),
+                                         ("APPNP", dict(K=2, alpha=0.1)),
+                                         ("GATConv", dict(in_channels=F_IN, out_channels=4, heads=2)),
+                                         ("GATConv", dict(in_channels=F_IN, out_channels=4, heads=2,
+                                                          add_self_loops=False))], ids=str)
+@pytest.mark.parametrize("apply_sigmoid", [True, False])
+def test_explain_mask_is_fused_with_its_gradient(name, kwargs, apply_sigmoid):
+    """A mask set as PyG's explainers set it scales each message (self-loops the layer adds at 1);
+    outputs and the gradients reaching the mask are PyG's."""
+    from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
+
+    ref, ours = pair(name, **kwargs)
+    x, ei = data()
+    mask = torch.randn(ei.shape[1], generator=torch.Generator().manual_seed(4)).requires_grad_()
+    grads = []
+    for layer in (ref, ours):
+        set_masks(layer, mask, ei, apply_sigmoid=apply_sigmoid)
+        out = layer(x, ei)
+        grads.append((out.detach(), torch.autograd.grad((out * torch.randn(out.shape, generator=torch.Generator()
+                                                                            .manual_seed(3))).sum(), mask)[0]))
+        clear_masks(layer)
+    (ref_out, ref_grad), (our_out, our_grad) = grads
+    torch.testing.assert_close(our_out, ref_out, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(our_grad, ref_grad, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)  # cleared: no mask
+
+
+def test_explain_without_a_mask_is_refused_as_pyg():
+    ref, ours = pair("GCNConv", in_channels=F_IN, out_channels=6)
+    x, ei = data()
+    for layer in (ref, ours):
+        layer.explain = True
+        with pytest.raises(ValueError, match="Could not find a pre-defined 'edge_mask'"):
+            layer(x, ei)
+
+
+HOOKS = ["propagate_forward_pre", "propagate_forward", "message_forward_pre", "message_forward",
+         "aggregate_forward_pre", "aggregate_forward", "edge_update_forward_pre", "edge_update_forward"]
+
+
+@pytest.mark.parametrize("name,kwargs", [("GCNConv", dict(in_channels=F_IN, out_channels=6)),
+                                         ("APPNP", dict(K=3, alpha=0.1)),
+                                         ("GATConv", dict(in_channels=F_IN, out_channels=4, heads=2))], ids=str)
+def test_message_passing_hooks_are_called_as_in_pyg(name, kwargs):
+    ref, ours = pair(name, **kwargs)
+    x, ei = data()
+    calls = []
+    for layer in (ref, ours):
+        counts = dict.fromkeys(HOOKS, 0)
+        for hook in HOOKS:
+            register = getattr(layer, f"register_{hook}_hook")
+            register(lambda *args, hook=hook, counts=counts: counts.__setitem__(hook, counts[hook] + 1))
+        calls.append(counts)
+    with pytest.warns(RuntimeWarning, match="a registered message passing hook is not fused"):
+        check(ref, ours, x, ei)
+    assert calls[1] == calls[0] and calls[0]["message_forward"] > 0
+
+
+def test_custom_explain_message_runs_through_pyg():
+    from torch_geometric.explain.algorithm.utils import set_masks
+
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2)
+    x, ei = data()
+
+    def halve(self, inputs, dim_size):
+        return inputs / 2
+
+    for layer in (ref, ours):
+        set_masks(layer, torch.zeros(ei.shape[1]), ei)
+        layer.explain_message = halve.__get__(layer)
+    with pytest.warns(RuntimeWarning, match="a custom explain_message is not fused"):
+        torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)

@@ -30,6 +30,35 @@ def _warn_once(layer: str, option: str) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
+# The hooks PyG's propagate() and edge_updater() call; our forward calls neither.
+_MESSAGE_PASSING_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
+                          "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
+                          "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
+                          "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
+
+
+def _unfused_reason(layer: MessagePassing) -> str | None:
+    """What, if anything, only PyG's own message passing can honour: registered hooks see each
+    message, and a replaced explain_message() may do anything to one."""
+    if any(getattr(layer, name) for name in _MESSAGE_PASSING_HOOKS):
+        return "a registered message passing hook"
+    if layer.explain and getattr(layer.explain_message, "__func__", None) is not MessagePassing.explain_message:
+        return "a custom explain_message"
+    return None
+
+
+def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int) -> Tensor | None:
+    """In explain mode PyG multiplies every message by its edge's mask (PyG's explain_message:
+    sigmoid, self-loops the layer added at 1). The same factor, one per propagated edge in edge
+    order, is fused as an edge weight; gradients reach the mask through it."""
+    if not layer.explain:
+        return None
+    shape = [1] * message_dims
+    shape[layer.node_dim] = graph.num_edges
+    ones = torch.ones(shape, dtype=layer._edge_mask.dtype if layer._edge_mask is not None else torch.float32)
+    return layer.explain_message(ones, graph.num_dst).reshape(graph.num_edges)
+
+
 def _edge_list(edge_index, edge_weight=None):
     """(edge_index tensor, edge values, size) from a Tensor, EdgeIndex, torch sparse adj_t or SparseTensor."""
     if isinstance(edge_index, Tensor) and (edge_index.is_sparse or edge_index.layout != torch.strided):
@@ -79,7 +108,7 @@ def _message_graph(layer: MessagePassing, source, size: tuple[int, int], key: tu
 
 class _NoTemplates:
     """PyG renders propagate()/edge_updater() from the calls it finds in forward()'s source; ours
-    makes none, so the fallback path uses MessagePassing's generic implementations instead."""
+    makes none, so the unfused path uses MessagePassing's generic implementations instead."""
 
     def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
         return None
@@ -97,8 +126,11 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
                "materialising the E x heads x channels message tensor.\n\n" + (pyg_nn.GATConv.__doc__ or ""))
 
     def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
-        if return_attention_weights is not None:
-            _warn_once("GATConv", "return_attention_weights")
+        unfused = _unfused_reason(self)
+        if unfused is None and return_attention_weights is not None:
+            unfused = "return_attention_weights"
+        if unfused is not None:
+            _warn_once("GATConv", unfused)
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
         if type(edge_index).__name__ == "SparseTensor" and self.add_self_loops and self.edge_dim is not None:
             return super().forward(x, edge_index, edge_attr, size)  # PyG raises its own NotImplementedError
@@ -145,6 +177,10 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
         if self.training and self.dropout > 0:
             keep = 1.0 - self.dropout
             mask = torch.empty(graph.num_edges, H, 1, dtype=x_src.dtype).bernoulli_(keep) / keep
+        explained = _explain_factor(self, graph, 3)
+        if explained is not None:
+            explained = explained.to(x_src.dtype).view(-1, 1, 1)
+            mask = explained.expand(graph.num_edges, H, 1) if mask is None else mask * explained
         if mask is not None:
             feats["mask"] = mask.contiguous()
         slope = x_src.new_tensor(self.negative_slope)
@@ -219,6 +255,14 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
     return result
 
 
+def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int) -> Tensor | None:
+    """The per-edge multiplier of a weighted sum: the edge weights, times the explanation mask in explain mode."""
+    explained = _explain_factor(layer, graph, message_dims)
+    if explained is None:
+        return weight
+    return explained if weight is None else weight * explained
+
+
 class GCNConv(_NoTemplates, pyg_nn.GCNConv):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GCNConv`: normalisation as PyG's gcn_norm, then one "
                "weighted-sum sweep.\n\n" + (pyg_nn.GCNConv.__doc__ or ""))
@@ -228,11 +272,16 @@ class GCNConv(_NoTemplates, pyg_nn.GCNConv):
             raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as input while this "
                              "layer does not support bipartite message passing. Please try other layers such as "
                              "'SAGEConv' or 'GraphConv' instead")
+        unfused = _unfused_reason(self)
+        if unfused is not None:
+            _warn_once("GCNConv", unfused)
+            return super().forward(x, edge_index, edge_weight)
         programs.check_features("GCNConv", x)
         graph, weight = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
         x = self.lin(x)
         rows, restore = _vertex_rows(self, x)
         feats = {"x": rows}
+        weight = _edge_weights(self, graph, weight, x.dim())
         if weight is not None:
             feats["w"] = weight.to(x.dtype)
         out = restore(programs.weighted_sum("w" in feats)(graph, **feats))
@@ -246,8 +295,13 @@ class APPNP(_NoTemplates, pyg_nn.APPNP):
                "mixes in the teleport term.\n\n" + (pyg_nn.APPNP.__doc__ or ""))
 
     def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
+        unfused = _unfused_reason(self)
+        if unfused is not None:
+            _warn_once("APPNP", unfused)
+            return super().forward(x, edge_index, edge_weight)
         programs.check_features("APPNP", x)
         graph, weight = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
+        explained = _explain_factor(self, graph, x.dim())
         rows, restore = _vertex_rows(self, x)
         alpha = x.new_tensor(self.alpha)
         h = out = rows
@@ -255,6 +309,8 @@ class APPNP(_NoTemplates, pyg_nn.APPNP):
             w = weight
             if self.dropout > 0 and self.training:
                 w = F.dropout(rows.new_ones(graph.num_edges) if w is None else w, p=self.dropout)
+            if explained is not None:
+                w = explained if w is None else w * explained
             feats = {"x": out, "h": h}
             if w is not None:
                 feats["w"] = w.to(x.dtype)
