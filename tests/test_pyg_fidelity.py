@@ -205,3 +205,51 @@ def test_custom_explain_message_runs_through_pyg():
         layer.explain_message = halve.__get__(layer)
     with pytest.warns(RuntimeWarning, match="a custom explain_message is not fused"):
         torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,kwargs", [("GCNConv", dict(in_channels=F_IN, out_channels=6)),
+                                         ("APPNP", dict(K=2, alpha=0.1))], ids=str)
+def test_decomposed_layers_give_the_same_results(name, kwargs):
+    ref, ours = pair(name, decomposed_layers=2, **kwargs)
+    x, ei = data()
+    check(ref, ours, x, ei)
+
+
+def test_gat_decomposed_layers_give_the_undecomposed_result():
+    # PyG 2.8's GATConv cannot decompose (it calls .chunk on the (x_src, x_dst) pair); ours just runs
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, decomposed_layers=2)
+    x, ei = data()
+    with pytest.raises(AttributeError, match="chunk"):
+        ref(x, ei)
+    ref.decomposed_layers = 1
+    check(ref, ours, x, ei)
+
+
+@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
+                                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)),
+                                         ("APPNP", dict(K=2, alpha=0.1))])
+def test_graphs_without_vertices(name, kwargs):
+    ref, ours = pair(name, **kwargs)
+    no_edges = torch.zeros(2, 0, dtype=torch.long)
+    check(ref, ours, torch.randn(0, F_IN), no_edges)
+    if name == "GATConv":  # bipartite, either side empty
+        ref, ours = pair(name, **dict(kwargs, in_channels=(F_IN, 5)))
+        for num_src, num_dst in [(0, 4), (4, 0)]:
+            x = (torch.randn(num_src, F_IN), torch.randn(num_dst, 5))
+            check(ref, ours, x, no_edges)
+            check(ref, ours, x, no_edges, size=(num_src, num_dst))
+    else:  # a batch of feature sets over an empty graph
+        check(ref, ours, torch.randn(3, 0, F_IN), no_edges)
+
+
+def test_sorted_edge_index_with_an_int_size():
+    from torch_geometric import EdgeIndex
+
+    x, ei = data()
+    sorted_ei = EdgeIndex(ei, sparse_size=(N, N)).sort_by("col")[0]
+
+    @sl.compile
+    def neighbour_sum(v):
+        return sum(nb.x for nb in v.innbs)
+
+    torch.testing.assert_close(neighbour_sum(sorted_ei, size=N, x=x), neighbour_sum(ei, size=N, x=x))
