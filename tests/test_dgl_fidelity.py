@@ -4,6 +4,7 @@ import warnings
 
 import pytest
 import torch
+from helpers import assert_same_signatures
 from test_dgl_layers import F_IN, N, check, graph, pair, sampled_blocks, x
 
 from seastar_layers.compat import import_dgl
@@ -107,3 +108,8 @@ def test_training_mode_draws_dropout_as_dgl(name, kwargs):
         torch.manual_seed(7)
         outs.append(layer(graph(), x()))
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["GATConv", "GraphConv", "APPNPConv"])
+def test_signatures_are_dgls(name):
+    assert_same_signatures(getattr(dgl.nn, name), getattr(sd, name))

@@ -1,9 +1,11 @@
 """Drop-in fidelity with PyG beyond the common paths: message flow, static graphs (node_dim),
 explain mode and message passing hooks, decomposed_layers, graphs without vertices."""
+import warnings
+
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from helpers import random_graph
+from helpers import assert_same_signatures, random_graph
 from test_pyg_layers import F_IN, N, check, data, pair
 
 import seastar_layers as sl
@@ -253,3 +255,59 @@ def test_sorted_edge_index_with_an_int_size():
         return sum(nb.x for nb in v.innbs)
 
     torch.testing.assert_close(neighbour_sum(sorted_ei, size=N, x=x), neighbour_sum(ei, size=N, x=x))
+
+
+@pytest.mark.parametrize("name,kwargs", [("GCNConv", dict(in_channels=F_IN, out_channels=6)),
+                                         ("APPNP", dict(K=2, alpha=0.1)),
+                                         ("GATConv", dict(in_channels=F_IN, out_channels=4, heads=2))], ids=str)
+@pytest.mark.parametrize("aggr", ["mean", "max"])
+def test_other_aggregations_run_through_pyg(name, kwargs, aggr):
+    ref, ours = pair(name, aggr=aggr, **kwargs)
+    x, ei = data()
+    with pytest.warns(RuntimeWarning, match=r"aggr=.* is not fused; running PyG's own"):
+        check(ref, ours, x, ei)
+
+
+def test_sum_aggregation_module_is_fused():
+    from torch_geometric.nn.aggr import SumAggregation
+
+    ref, ours = pair("GCNConv", in_channels=F_IN, out_channels=6, aggr=SumAggregation())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check(ref, ours, *data())
+
+
+@pytest.mark.parametrize("name", ["GATConv", "GCNConv", "APPNP"])
+def test_signatures_are_pygs(name):
+    assert_same_signatures(getattr(pyg_nn, name), getattr(sl, name))
+
+
+def test_gat_training_draws_attention_dropout_as_pyg():
+    """Same seed, same masks: training-mode outputs are PyG's, not just distributed like them."""
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, dropout=0.4)
+    x, ei = data()
+    outs = []
+    for layer in (ref.train(), ours.train()):
+        torch.manual_seed(7)
+        outs.append(layer(x, ei))
+    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+
+
+def test_appnp_training_draws_fresh_edge_dropout_each_step():
+    """PyG 2.8 drops out the previous step's already-dropped weights (pyg-team/pytorch_geometric
+    issue 10783, open): edges vanish as (1 - p) ** K and survivors grow as (1 - p) ** -K. Ours
+    draws each step's mask from the normalised weights, as the fix proposed there does."""
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+    from torch_geometric.utils import scatter
+
+    _, ours = pair("APPNP", K=3, alpha=0.1, dropout=0.4)
+    x, ei = data()
+    torch.manual_seed(7)
+    out = ours.train()(x, ei)
+    torch.manual_seed(7)
+    edges, weight = gcn_norm(ei, None, N)
+    expected = x
+    for _ in range(3):
+        step = torch.nn.functional.dropout(weight, p=0.4)
+        expected = 0.9 * scatter(step.view(-1, 1) * expected[edges[0]], edges[1], 0, dim_size=N) + 0.1 * x
+    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
+from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
@@ -38,8 +39,11 @@ _MESSAGE_PASSING_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_ho
 
 
 def _unfused_reason(layer: MessagePassing) -> str | None:
-    """What, if anything, only PyG's own message passing can honour: registered hooks see each
-    message, and a replaced explain_message() may do anything to one."""
+    """What, if anything, only PyG's own message passing can honour: an aggregation other than a
+    sum, registered hooks that see each message, a replaced explain_message() that may do anything
+    to one."""
+    if type(layer.aggr_module) is not SumAggregation:
+        return f"aggr={layer.aggr!r}"
     if any(getattr(layer, name) for name in _MESSAGE_PASSING_HOOKS):
         return "a registered message passing hook"
     if layer.explain and getattr(layer.explain_message, "__func__", None) is not MessagePassing.explain_message:
