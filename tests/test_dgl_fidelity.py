@@ -113,3 +113,45 @@ def test_training_mode_draws_dropout_as_dgl(name, kwargs):
 @pytest.mark.parametrize("name", ["GATConv", "GraphConv", "APPNPConv"])
 def test_signatures_are_dgls(name):
     assert_same_signatures(getattr(dgl.nn, name), getattr(sd, name))
+
+
+# What DGL's own tests of these layers check, in our terms (tests/python/pytorch/nn/test_nn.py)
+
+@pytest.mark.parametrize("norm", ["none", "both", "right"])
+def test_graphconv_on_bipartite_feature_pairs(norm):
+    ref, ours = pair("GraphConv", in_feats=F_IN, out_feats=2, norm=norm, allow_zero_in_degree=True)
+    gen = torch.Generator().manual_seed(2)
+    g = dgl.heterograph({("a", "r", "b"): (torch.randint(0, 15, (40,), generator=gen),
+                                           torch.randint(0, 9, (40,), generator=gen))}, {"a": 15, "b": 9})
+    check(ref, ours, g, (x(15), x(9, 2)))
+    check(ref, ours, g, (x(15), x(9, 2)), edge_weight=torch.rand(40) + 0.1)
+
+
+def test_layers_inside_hetero_graph_conv():
+    g = dgl.heterograph({("user", "follows", "user"): ([0, 0, 2, 1], [1, 2, 1, 3]),
+                         ("user", "plays", "game"): ([0, 0, 0, 1, 2], [0, 2, 3, 0, 2]),
+                         ("store", "sells", "game"): ([0, 0, 1, 1], [0, 3, 1, 2])})
+    inputs = {"user": torch.randn(4, 2), "game": torch.randn(4, 4), "store": torch.randn(2, 3)}
+    outs = []
+    for lib in (dgl.nn, sd):
+        torch.manual_seed(0)
+        conv = dgl.nn.HeteroGraphConv({"follows": lib.GATConv(2, 3, 2, allow_zero_in_degree=True),
+                                       "plays": lib.GraphConv(2, 4, allow_zero_in_degree=True),
+                                       "sells": lib.GraphConv(3, 4, allow_zero_in_degree=True)}, "sum")
+        outs.append(conv(g, inputs))
+    assert outs[0].keys() == outs[1].keys() == {"user", "game"}
+    for key in outs[0]:
+        torch.testing.assert_close(outs[1][key], outs[0][key], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2)),
+                                         ("GraphConv", dict(in_feats=F_IN, out_feats=3)),
+                                         ("APPNPConv", dict(k=2, alpha=0.1))])
+def test_whole_layers_pickle(name, kwargs):
+    import io
+
+    _, ours = pair(name, **kwargs)
+    buffer = io.BytesIO()
+    torch.save(ours, buffer)
+    buffer.seek(0)
+    torch.testing.assert_close(torch.load(buffer, weights_only=False)(graph(), x()), ours(graph(), x()))

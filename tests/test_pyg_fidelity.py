@@ -311,3 +311,65 @@ def test_appnp_training_draws_fresh_edge_dropout_each_step():
         step = torch.nn.functional.dropout(weight, p=0.4)
         expected = 0.9 * scatter(step.view(-1, 1) * expected[edges[0]], edges[1], 0, dim_size=N) + 0.1 * x
     torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+
+# What PyG's own tests of these layers check, in our terms (test/nn/conv/test_{gat,gcn}_conv.py, test_appnp.py)
+
+@pytest.mark.parametrize("name,kwargs", [("GCNConv", dict(in_channels=F_IN, out_channels=6)),
+                                         ("APPNP", dict(K=2, alpha=0.1))], ids=str)
+def test_weighted_sparse_adjacency_and_cache_across_formats(name, kwargs):
+    ref, ours = pair(name, **kwargs)
+    x, ei = data()
+    values = torch.rand(ei.shape[1])
+    adj_t = torch.sparse_coo_tensor(ei.flip(0), values, (N, N)).coalesce()
+    for adj in (adj_t, adj_t.to_sparse_csr()):
+        torch.testing.assert_close(ours(x, adj), ref(x, adj), atol=1e-5, rtol=1e-5)
+    _, ours = pair(name, cached=True, **kwargs)
+    first = ours(x, ei)
+    assert ours._cached_edge_index is not None
+    torch.testing.assert_close(ours(x, adj_t), first)  # PyG's cache serves every later format
+    ours.reset_parameters()
+    assert ours._cached_edge_index is None
+
+
+def test_gcn_takes_sparse_node_features():
+    ref, ours = pair("GCNConv", in_channels=F_IN, out_channels=6)
+    _, ei = data()
+    x = torch.sparse_coo_tensor(torch.tensor([[0, 0], [0, 1]]), torch.tensor([1., 1.]), (N, F_IN))
+    torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
+
+
+def test_gat_pair_without_destination_features():
+    ref, ours = pair("GATConv", in_channels=(F_IN, 7), out_channels=4, heads=2)
+    x = torch.randn(17, F_IN, generator=torch.Generator().manual_seed(1))
+    ei = random_graph(17, 9, 50, seed=4)
+    check(ref, ours, (x, None), ei, size=(17, 9))
+
+
+@pytest.mark.parametrize("fill_value", [0.5, "mean"])
+def test_gat_one_dimensional_edge_features(fill_value):
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, edge_dim=1, fill_value=fill_value)
+    x, ei = data()
+    check(ref, ours, x, ei, torch.randn(ei.shape[1]))
+
+
+def test_appnp_full_dropout_leaves_the_teleport_term():
+    _, ours = pair("APPNP", K=2, alpha=0.1, dropout=1.0)
+    x, ei = data()
+    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.shape[1]), (N, N)).coalesce()
+    for graph in (ei, adj_t):
+        torch.testing.assert_close(ours.train()(x, graph), 0.1 * x)
+
+
+@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
+                                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)),
+                                         ("APPNP", dict(K=2, alpha=0.1))])
+def test_whole_layers_pickle(name, kwargs):
+    import io
+
+    _, ours = pair(name, **kwargs)
+    x, ei = data()
+    buffer = io.BytesIO()
+    torch.save(ours, buffer)
+    buffer.seek(0)
+    torch.testing.assert_close(torch.load(buffer, weights_only=False)(x, ei), ours(x, ei))
