@@ -10,6 +10,9 @@ from test_pyg_layers import F_IN, N, check, data, pair
 
 import seastar_layers as sl
 
+EACH_LAYER = [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
+              ("GCNConv", dict(in_channels=F_IN, out_channels=3)), ("APPNP", dict(K=2, alpha=0.1))]
+
 FLOW_CASES = [("GCNConv", dict(in_channels=F_IN, out_channels=6)),
               ("GCNConv", dict(in_channels=F_IN, out_channels=6, improved=True, cached=True)),
               ("GCNConv", dict(in_channels=F_IN, out_channels=6, normalize=False)),
@@ -227,9 +230,7 @@ def test_gat_decomposed_layers_give_the_undecomposed_result():
     check(ref, ours, x, ei)
 
 
-@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
-                                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)),
-                                         ("APPNP", dict(K=2, alpha=0.1))])
+@pytest.mark.parametrize("name,kwargs", EACH_LAYER)
 def test_graphs_without_vertices(name, kwargs):
     ref, ours = pair(name, **kwargs)
     no_edges = torch.zeros(2, 0, dtype=torch.long)
@@ -361,9 +362,7 @@ def test_appnp_full_dropout_leaves_the_teleport_term():
         torch.testing.assert_close(ours.train()(x, graph), 0.1 * x)
 
 
-@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
-                                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)),
-                                         ("APPNP", dict(K=2, alpha=0.1))])
+@pytest.mark.parametrize("name,kwargs", EACH_LAYER)
 def test_whole_layers_pickle(name, kwargs):
     import io
 
@@ -373,3 +372,37 @@ def test_whole_layers_pickle(name, kwargs):
     torch.save(ours, buffer)
     buffer.seek(0)
     torch.testing.assert_close(torch.load(buffer, weights_only=False)(x, ei), ours(x, ei))
+
+
+UNFUSED_PATH_IN_A_FRESH_PROCESS = """
+import warnings
+import torch
+import seastar_layers as sl
+warnings.simplefilter("ignore")
+x, ei = torch.randn(9, 8), torch.randint(0, 9, (2, 30))
+torch.manual_seed(0)
+ours = sl.GATConv(8, 4, heads=2, flow="target_to_source")  # before any stock layer exists
+params = {k: v.clone() for k, v in ours.state_dict().items()}
+fused = ours(x, ei)
+ours.register_message_forward_hook(lambda *args: None)
+torch.testing.assert_close(ours(x, ei), fused, atol=1e-5, rtol=1e-5)
+import torch_geometric.nn as P
+torch.manual_seed(0)
+stock = P.GATConv(8, 4, heads=2, flow="target_to_source")
+for k, v in stock.state_dict().items():
+    torch.testing.assert_close(params[k], v)  # same seed, same initial parameters
+print("unfused path ok")
+"""
+
+
+def test_unfused_path_is_the_stock_layers_in_a_fresh_process(tmp_path):
+    """PyG's rendered propagate (the stock layer's default) and its generic one read a pair of GAT
+    features differently under target_to_source; the unfused path must run the rendered one even
+    when no stock layer was built before ours."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unfused.py"
+    script.write_text(UNFUSED_PATH_IN_A_FRESH_PROCESS)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "unfused path ok" in result.stdout, result.stdout + result.stderr[-3000:]

@@ -110,12 +110,21 @@ def _message_graph(layer: MessagePassing, source, size: tuple[int, int], key: tu
     return as_graph(source, None, (layer.flow, size) + key, build)
 
 
-class _NoTemplates:
-    """PyG renders propagate()/edge_updater() from the calls it finds in forward()'s source; ours
-    makes none, so the unfused path uses MessagePassing's generic implementations instead."""
+class _StockTemplates:
+    """PyG renders propagate()/edge_updater() from the calls it finds in forward()'s source and
+    installs them on the class; ours makes no such calls, so our classes render nothing and
+    inherit the stock layer's. The unfused path then runs exactly the stock layer's code (the
+    rendered and the generic propagate read a pair of features differently under
+    flow="target_to_source"), whether or not a stock layer was built first: the first of ours
+    builds a small one, with the random state kept as it was so parameter init is unchanged."""
+
+    _stock_example: tuple = ()  # constructor arguments of a small stock layer
 
     def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
-        return None
+        stock = type(self).__mro__[type(self).__mro__.index(_StockTemplates) + 1]
+        if "_jinja_propagate" not in vars(stock):
+            with torch.random.fork_rng(devices=[]):
+                stock(*self._stock_example)
 
 
 def _check_static(layer: str, x: Tensor, in_channels) -> None:
@@ -124,10 +133,11 @@ def _check_static(layer: str, x: Tensor, in_channels) -> None:
                          "like PyG's, it does not support static graphs (a batch axis before the vertex axis)")
 
 
-class GATConv(_NoTemplates, pyg_nn.GATConv):
+class GATConv(_StockTemplates, pyg_nn.GATConv):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GATConv`: same arguments, parameters and outputs; "
                "attention logits, softmax, dropout and aggregation run in one sweep over the edges without "
                "materialising the E x heads x channels message tensor.\n\n" + (pyg_nn.GATConv.__doc__ or ""))
+    _stock_example = (1, 1)
 
     def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
         unfused = _unfused_reason(self)
@@ -267,9 +277,10 @@ def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int)
     return explained if weight is None else weight * explained
 
 
-class GCNConv(_NoTemplates, pyg_nn.GCNConv):
+class GCNConv(_StockTemplates, pyg_nn.GCNConv):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GCNConv`: normalisation as PyG's gcn_norm, then one "
                "weighted-sum sweep.\n\n" + (pyg_nn.GCNConv.__doc__ or ""))
+    _stock_example = (1, 1)
 
     def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
         if isinstance(x, (tuple, list)):
@@ -294,9 +305,10 @@ class GCNConv(_NoTemplates, pyg_nn.GCNConv):
         return out
 
 
-class APPNP(_NoTemplates, pyg_nn.APPNP):
+class APPNP(_StockTemplates, pyg_nn.APPNP):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.APPNP`: each of the K steps is one sweep that also "
                "mixes in the teleport term.\n\n" + (pyg_nn.APPNP.__doc__ or ""))
+    _stock_example = (1, 0.0)
 
     def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
         unfused = _unfused_reason(self)
