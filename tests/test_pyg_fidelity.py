@@ -142,7 +142,10 @@ def test_gnn_explainer_gives_pyg_explanation(kind):
                                          ("APPNP", dict(K=2, alpha=0.1)),
                                          ("GATConv", dict(in_channels=F_IN, out_channels=4, heads=2)),
                                          ("GATConv", dict(in_channels=F_IN, out_channels=4, heads=2,
-                                                          add_self_loops=False))], ids=str)
+                                                          add_self_loops=False)),
+                                         ("GCNConv", dict(in_channels=F_IN, out_channels=6, flow="target_to_source")),
+                                         ("GATConv", dict(in_channels=F_IN, out_channels=4, heads=2,
+                                                          flow="target_to_source"))], ids=str)
 @pytest.mark.parametrize("apply_sigmoid", [True, False])
 def test_explain_mask_is_fused_with_its_gradient(name, kwargs, apply_sigmoid):
     """A mask set as PyG's explainers set it scales each message (self-loops the layer adds at 1);
@@ -163,6 +166,16 @@ def test_explain_mask_is_fused_with_its_gradient(name, kwargs, apply_sigmoid):
     torch.testing.assert_close(our_out, ref_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(our_grad, ref_grad, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)  # cleared: no mask
+
+
+def test_explain_mask_on_static_graph_features():
+    from torch_geometric.explain.algorithm.utils import set_masks
+
+    ref, ours = pair("APPNP", K=2, alpha=0.1)
+    x, ei = torch.randn(3, N, F_IN), data()[1]
+    for layer in (ref, ours):
+        set_masks(layer, torch.randn(ei.shape[1], generator=torch.Generator().manual_seed(4)), ei)
+    check(ref, ours, x, ei)
 
 
 def test_explain_without_a_mask_is_refused_as_pyg():
