@@ -8,6 +8,7 @@ edge-wise step runs as one fused vertex program. DGLGraphs and blocks from DGL's
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -47,43 +48,51 @@ class GATConv(_DGLGATConv):
                "aggregation in one sweep over the edges.\n\n" + (_DGLGATConv.__doc__ or ""))
 
     def forward(self, graph, feat, edge_weight=None, get_attention=False):
-        two_dim = all(f.dim() == 2 for f in (feat if isinstance(feat, tuple) else (feat,)))
-        if get_attention or not two_dim:
-            _warn_once("GATConv", "get_attention=True" if get_attention else "node features with more than 2 dims")
+        if get_attention:
+            _warn_once("GATConv", "get_attention=True")
             return super().forward(graph, feat, edge_weight, get_attention)
         programs.check_features("dgl.GATConv", feat)
         _check_in_degrees(self, graph)
         H, F = self._num_heads, self._out_feats
         if isinstance(feat, tuple):
+            src_prefix, dst_prefix = feat[0].shape[:-1], feat[1].shape[:-1]
             h_src, h_dst = self.feat_drop(feat[0]), self.feat_drop(feat[1])
             fc_src = self.fc if not hasattr(self, "fc_src") else self.fc_src
             fc_dst = self.fc if not hasattr(self, "fc_src") else self.fc_dst
-            feat_src, feat_dst = fc_src(h_src).view(-1, H, F), fc_dst(h_dst).view(-1, H, F)
+            feat_src, feat_dst = fc_src(h_src).view(*src_prefix, H, F), fc_dst(h_dst).view(*dst_prefix, H, F)
         else:
+            src_prefix = dst_prefix = feat.shape[:-1]
             h_src = h_dst = self.feat_drop(feat)
-            feat_src = feat_dst = self.fc(h_src).view(-1, H, F)
+            feat_src = feat_dst = self.fc(h_src).view(*src_prefix, H, F)
             if graph.is_block:
                 feat_dst = feat_src[: graph.number_of_dst_nodes()]
                 h_dst = h_dst[: graph.number_of_dst_nodes()]
+                dst_prefix = (graph.number_of_dst_nodes(),) + dst_prefix[1:]
+        if src_prefix[1:] != dst_prefix[1:]:
+            raise ValueError(f"dgl.GATConv: source and destination features must share their middle axes (N, *, D); "
+                             f"got {tuple(feat[0].shape)} and {tuple(feat[1].shape)}")
         el = (feat_src * self.attn_l).sum(dim=-1, keepdim=True)
         er = (feat_dst * self.attn_r).sum(dim=-1, keepdim=True)
+        # (N, *, H, .) features: every (*, head) pair attends on its own, so * folds into the heads
+        heads = math.prod(src_prefix[1:]) * H
         g = as_graph(graph)
-        feats = {"a_src": el, "a_dst": er, "x": feat_src}
+        feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
+                 "x": feat_src.reshape(-1, heads, F)}
         mask = None
         if self.training and self.attn_drop.p > 0:
             keep = 1.0 - self.attn_drop.p
-            mask = torch.empty(g.num_edges, H, 1, dtype=el.dtype).bernoulli_(keep) / keep
+            mask = torch.empty(g.num_edges, heads, 1, dtype=el.dtype).bernoulli_(keep) / keep
         if edge_weight is not None:
             weight = edge_weight.reshape(g.num_edges, 1, 1).to(el.dtype)
-            mask = weight.expand(g.num_edges, H, 1) if mask is None else mask * weight
+            mask = weight.expand(g.num_edges, heads, 1) if mask is None else mask * weight
         if mask is not None:
             feats["mask"] = mask.contiguous()
         slope = el.new_tensor(self.leaky_relu.negative_slope)
-        rst = programs.gat_attention(True, False, mask is not None, slope)(g, **feats)
+        rst = programs.gat_attention(True, False, mask is not None, slope)(g, **feats).view(*dst_prefix, H, F)
         if self.res_fc is not None:
-            rst = rst + self.res_fc(h_dst).view(h_dst.shape[0], -1, F)
+            rst = rst + self.res_fc(h_dst).view(*dst_prefix, -1, F)
         if self.has_explicit_bias:
-            rst = rst + self.bias.view(1, H, F)
+            rst = rst + self.bias.view(*((1,) * len(dst_prefix)), H, F)
         if self.activation:
             rst = self.activation(rst)
         return rst
@@ -93,6 +102,22 @@ def _degree_norm(degrees: torch.Tensor, like: torch.Tensor, how: str) -> torch.T
     degs = degrees.to(like).clamp(min=1)
     norm = torch.pow(degs, -0.5) if how == "both" else 1.0 / degs
     return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """(N, *) features as (N, F): with one scalar per edge, every feature axis is one more channel,
+    so the prebuilt kernels serve every feature shape."""
+    return x.reshape(x.size(0), math.prod(x.shape[1:]))
+
+
+def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch.Tensor:
+    """out_v = sum_e w[e] * x[u]; weights of any other shape broadcast per edge, as DGL's u_mul_e."""
+    if edge_weight is not None and edge_weight.numel() != g.num_edges:
+        return programs.weighted_sum(True)(g, x=x, w=edge_weight.to(x.dtype))
+    feats = {"x": _rows(x)}
+    if edge_weight is not None:
+        feats["w"] = edge_weight.reshape(g.num_edges).to(x.dtype)
+    return programs.weighted_sum("w" in feats)(g, **feats).view(g.num_dst, *x.shape[1:])
 
 
 class GraphConv(_DGLGraphConv):
@@ -116,16 +141,10 @@ class GraphConv(_DGLGraphConv):
             weight = self.weight
         g = as_graph(graph)
 
-        def propagate(x):
-            feats = {"x": x}
-            if edge_weight is not None:
-                feats["w"] = edge_weight.to(x.dtype)
-            return programs.weighted_sum(edge_weight is not None)(g, **feats)
-
         if self._in_feats > self._out_feats:  # multiply first when that makes the messages narrower, as DGL
-            rst = propagate(torch.matmul(feat_src, weight) if weight is not None else feat_src)
+            rst = _weighted_sum(g, torch.matmul(feat_src, weight) if weight is not None else feat_src, edge_weight)
         else:
-            rst = propagate(feat_src)
+            rst = _weighted_sum(g, feat_src, edge_weight)
             if weight is not None:
                 rst = torch.matmul(rst, weight)
         if self._norm in ("right", "both"):
@@ -144,24 +163,28 @@ class APPNPConv(_DGLAPPNPConv):
     def forward(self, graph, feat, edge_weight=None):
         programs.check_features("dgl.APPNPConv", feat)
         g = as_graph(graph)
+        if g.num_src != g.num_dst:  # DGL's own layer fails on blocks with an AssertionError
+            raise dgl.DGLError(f"APPNPConv propagates K steps over one set of vertices, but the graph has {g.num_src} "
+                               f"source and {g.num_dst} destination vertices (a block or bipartite graph); "
+                               "pass a homogeneous graph")
         if edge_weight is None:
-            src_norm = _degree_norm(graph.out_degrees(), feat, "both")
-            dst_norm = _degree_norm(graph.in_degrees(), feat, "both")
+            src_norm = _degree_norm(graph.out_degrees(), feat, "both").view(-1, 1)
+            dst_norm = _degree_norm(graph.in_degrees(), feat, "both").view(-1, 1)
         else:
             edge_weight = EdgeWeightNorm("both")(graph, edge_weight)
         alpha = feat.new_tensor(self._alpha)
-        feat_0 = feat
+        feat_0 = h = _rows(feat)
         for _ in range(self._k):
             w = edge_weight
             if self.training and self.edge_drop.p > 0:
                 w = self.edge_drop(torch.ones(g.num_edges, 1, dtype=feat.dtype) if w is None else w)
-            feats = {"x": feat * src_norm if edge_weight is None else feat}
+            feats = {"x": h * src_norm if edge_weight is None else h}
             if w is not None:
-                feats["w"] = w.reshape(g.num_edges, *([1] * (feat.dim() - 1))).to(feat.dtype)
+                feats["w"] = w.reshape(g.num_edges).to(feat.dtype)
             if edge_weight is None:
                 # (1 - alpha) * (sum * dst_norm) + alpha * h: fold dst_norm into the teleport split
                 out = programs.weighted_sum("w" in feats)(g, **feats)
-                feat = (1 - alpha) * out * dst_norm + alpha * feat_0
+                h = (1 - alpha) * out * dst_norm + alpha * feat_0
             else:
-                feat = programs.appnp_step(True, alpha)(g, h=feat_0, **feats)
-        return feat
+                h = programs.appnp_step(True, alpha)(g, h=feat_0, **feats)
+        return h.view(feat.shape)

@@ -180,7 +180,7 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
             sizes = graph.sparse_size()
             size = tuple(sizes) if None not in sizes else None
         if build is None and getattr(graph, "is_sorted", False) and size is not None:
-            make = lambda: Graph.from_sorted_edge_index(graph, size)  # noqa: E731 - reuses its CSR/CSC caches
+            make = lambda: Graph.from_sorted_edge_index(graph, _sizes(plain, size))  # noqa: E731 - its own CSR/CSC
         else:
             make = (lambda: build(plain)) if build is not None else (lambda: Graph.from_edge_index(plain, size))
         return graph_cache.get(graph, (_tensor_key(plain), size) + key, make)

@@ -118,3 +118,14 @@ def assert_close(actual, expected, atol=1e-9, rtol=1e-7):
         assert actual is None or torch.count_nonzero(actual) == 0
         return
     torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)
+
+
+def assert_same_signatures(theirs, ours):
+    """Every argument of the library's constructor and forward is one of ours, same kind and default
+    (annotations aside), so nothing a user passes is dropped or bound to another parameter."""
+    import inspect
+
+    for method in ("__init__", "forward"):
+        expected, got = (inspect.signature(getattr(cls, method)).parameters.values() for cls in (theirs, ours))
+        assert [(p.name, p.kind, p.default) for p in got] == [(p.name, p.kind, p.default) for p in expected], \
+            f"{ours.__qualname__}.{method}"

@@ -25,6 +25,11 @@ SCRIPT = textwrap.dedent("""
             torch.testing.assert_close(out, ref(*a), atol=1e-5, rtol=1e-5)
     ours.train()
     sl.GATConv(12, 4, heads=2, dropout=0.5).train()(x, ei).sum().backward()
+    xb = torch.randn(3, 40, 12)  # static graphs and the reversed flow reuse the same kernels
+    for ours, ref in [(sl.GCNConv(12, 4, flow="target_to_source"), P.GCNConv(12, 4, flow="target_to_source")),
+                      (sl.APPNP(K=2, alpha=0.1), P.APPNP(K=2, alpha=0.1))]:
+        ours.load_state_dict(ref.state_dict())
+        torch.testing.assert_close(ours(xb, ei), ref(xb, ei), atol=1e-5, rtol=1e-5)
 
     from seastar_layers.compat import import_dgl
     dgl = import_dgl()
@@ -36,6 +41,8 @@ SCRIPT = textwrap.dedent("""
         torch.testing.assert_close(ours(g, x), ref(g, x), atol=1e-5, rtol=1e-5)
         w = torch.rand(g.num_edges())
         torch.testing.assert_close(ours(g, x, edge_weight=w), ref(g, x, edge_weight=w), atol=1e-5, rtol=1e-5)
+        wide = torch.randn(40, 3, 12)  # (N, *, D) features fold into the heads or channels
+        torch.testing.assert_close(ours(g, wide), ref(g, wide), atol=1e-5, rtol=1e-5)
     assert jit.build_count == 0
 
     @sl.compile

@@ -6,12 +6,15 @@ and everything that touches edges runs as one fused vertex program.
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
+from torch_geometric.nn import MessagePassing
+from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import add_self_loops, remove_self_loops
 
@@ -26,6 +29,38 @@ def _warn_once(layer: str, option: str) -> None:
         _warned.add((layer, option))
         warnings.warn(f"seastar_layers.{layer}: {option} is not fused; running PyG's own {layer} for it",
                       RuntimeWarning, stacklevel=3)
+
+
+# The hooks PyG's propagate() and edge_updater() call; our forward calls neither.
+_MESSAGE_PASSING_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_hooks", "_message_forward_pre_hooks",
+                          "_message_forward_hooks", "_aggregate_forward_pre_hooks", "_aggregate_forward_hooks",
+                          "_message_and_aggregate_forward_pre_hooks", "_message_and_aggregate_forward_hooks",
+                          "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
+
+
+def _unfused_reason(layer: MessagePassing) -> str | None:
+    """What, if anything, only PyG's own message passing can honour: an aggregation other than a
+    sum, registered hooks that see each message, a replaced explain_message() that may do anything
+    to one."""
+    if type(layer.aggr_module) is not SumAggregation:
+        return f"aggr={layer.aggr!r}"
+    if any(getattr(layer, name) for name in _MESSAGE_PASSING_HOOKS):
+        return "a registered message passing hook"
+    if layer.explain and getattr(layer.explain_message, "__func__", None) is not MessagePassing.explain_message:
+        return "a custom explain_message"
+    return None
+
+
+def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int) -> Tensor | None:
+    """In explain mode PyG multiplies every message by its edge's mask (PyG's explain_message:
+    sigmoid, self-loops the layer added at 1). The same factor, one per propagated edge in edge
+    order, is fused as an edge weight; gradients reach the mask through it."""
+    if not layer.explain:
+        return None
+    shape = [1] * message_dims
+    shape[layer.node_dim] = graph.num_edges
+    ones = torch.ones(shape, dtype=layer._edge_mask.dtype if layer._edge_mask is not None else torch.float32)
+    return layer.explain_message(ones, graph.num_dst).reshape(graph.num_edges)
 
 
 def _edge_list(edge_index, edge_weight=None):
@@ -46,31 +81,79 @@ def _check_edge_index(edge_index: Tensor) -> None:
         raise ValueError(f"'edge_index' must have shape (2, E), got {tuple(edge_index.shape)}")
 
 
-class _NoTemplates:
-    """PyG renders propagate()/edge_updater() from the calls it finds in forward()'s source; ours
-    makes none, so the fallback path uses MessagePassing's generic implementations instead."""
+def _is_sparse(adj) -> bool:
+    return (isinstance(adj, Tensor) and (adj.is_sparse or adj.layout != torch.strided)) or \
+        type(adj).__name__ == "SparseTensor"
+
+
+def _check_flow(layer: MessagePassing, edge_index) -> None:
+    if layer.flow == "target_to_source" and _is_sparse(edge_index):  # PyG's own refusal, word for word
+        raise ValueError('Flow direction "target_to_source" is invalid for message propagation via '
+                         '`torch_sparse.SparseTensor` or `torch.sparse.Tensor`. If you really want to make use of a '
+                         'reverse message passing flow, pass in the transposed sparse tensor to the message passing '
+                         'module, e.g., `adj_t.t()`.')
+
+
+def _message_graph(layer: MessagePassing, source, size: tuple[int, int], key: tuple = (), process=None) -> Graph:
+    """The graph messages travel along, cached per user graph object: the edges of `source` after
+    `process(edge_index)` (self-loops, normalisation), reversed for flow="target_to_source".
+    size is (senders, receivers)."""
+    flip = layer.flow == "target_to_source"
+    if process is None and not flip and not _is_sparse(source):
+        return as_graph(source, size)  # a sorted EdgeIndex brings its own CSR/CSC
+
+    def build(plain):
+        edges = _edge_list(plain)[0]
+        edges = process(edges) if process is not None else edges
+        return Graph.from_edge_index(edges.flip(0) if flip else edges, size)
+
+    return as_graph(source, None, (layer.flow, size) + key, build)
+
+
+class _StockTemplates:
+    """PyG renders propagate()/edge_updater() from the calls it finds in forward()'s source and
+    installs them on the class; ours makes no such calls, so our classes render nothing and
+    inherit the stock layer's. The unfused path then runs exactly the stock layer's code (the
+    rendered and the generic propagate read a pair of features differently under
+    flow="target_to_source"), whether or not a stock layer was built first: the first of ours
+    builds a small one, with the random state kept as it was so parameter init is unchanged."""
+
+    _stock_example: tuple = ()  # constructor arguments of a small stock layer
 
     def _set_jittable_templates(self, raise_on_error: bool = False) -> None:
-        return None
+        stock = type(self).__mro__[type(self).__mro__.index(_StockTemplates) + 1]
+        if "_jinja_propagate" not in vars(stock):
+            with torch.random.fork_rng(devices=[]):
+                stock(*self._stock_example)
 
 
-class GATConv(_NoTemplates, pyg_nn.GATConv):
+def _check_static(layer: str, x: Tensor, in_channels) -> None:
+    if x.dim() != 2:  # PyG asserts the same ("Static graphs not supported in 'GATConv'")
+        raise ValueError(f"{layer} expects node features of shape (N, {in_channels}), got {tuple(x.shape)}; "
+                         "like PyG's, it does not support static graphs (a batch axis before the vertex axis)")
+
+
+class GATConv(_StockTemplates, pyg_nn.GATConv):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GATConv`: same arguments, parameters and outputs; "
                "attention logits, softmax, dropout and aggregation run in one sweep over the edges without "
                "materialising the E x heads x channels message tensor.\n\n" + (pyg_nn.GATConv.__doc__ or ""))
+    _stock_example = (1, 1)
 
     def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
-        if return_attention_weights is not None:
-            _warn_once("GATConv", "return_attention_weights")
+        unfused = _unfused_reason(self)
+        if unfused is None and return_attention_weights is not None:
+            unfused = "return_attention_weights"
+        if unfused is not None:
+            _warn_once("GATConv", unfused)
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
         if type(edge_index).__name__ == "SparseTensor" and self.add_self_loops and self.edge_dim is not None:
             return super().forward(x, edge_index, edge_attr, size)  # PyG raises its own NotImplementedError
         programs.check_features("GATConv", x)
         H, C = self.heads, self.out_channels
         res = None
+        # (senders, receivers) features, whichever the flow, as PyG's rendered propagate() reads them
         if isinstance(x, Tensor):
-            if x.dim() != 2:
-                raise ValueError(f"GATConv expects node features of shape (N, {self.in_channels}), got {tuple(x.shape)}")
+            _check_static("GATConv", x, self.in_channels)
             if self.res is not None:
                 res = self.res(x)
             if self.lin is not None:
@@ -79,6 +162,7 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
                 x_src, x_dst = self.lin_src(x).view(-1, H, C), self.lin_dst(x).view(-1, H, C)
         else:
             x_src, x_dst = x
+            _check_static("GATConv", x_src, self.in_channels)
             if x_dst is not None and self.res is not None:
                 res = self.res(x_dst)
             lin_src = self.lin if self.lin is not None else self.lin_src
@@ -88,12 +172,13 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
 
         a_src = (x_src * self.att_src).sum(-1, keepdim=True)
         a_dst = (x_dst * self.att_dst).sum(-1, keepdim=True) if x_dst is not None else None
-        edge_index, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
-        _check_edge_index(edge_index)
+        _check_flow(self, edge_index)
+        plain, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
+        _check_edge_index(plain)
         size = size if size is not None else sparse_size
         num_src = x_src.size(0)
         num_dst = size[1] if size is not None else (x_dst.size(0) if x_dst is not None else num_src)
-        graph, edge_attr = self._graph(edge_index, edge_attr, num_src, num_dst, size, x_dst)
+        graph, edge_attr = self._graph(edge_index, plain, edge_attr, num_src, num_dst, size, x_dst)
 
         feats = {"a_src": a_src, "x": x_src}
         if a_dst is not None:
@@ -102,9 +187,16 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
             e = self.lin_edge(edge_attr).view(-1, H, C)
             feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
+        mask = None
         if self.training and self.dropout > 0:
             keep = 1.0 - self.dropout
-            feats["mask"] = torch.empty(graph.num_edges, H, 1, dtype=x_src.dtype).bernoulli_(keep) / keep
+            mask = torch.empty(graph.num_edges, H, 1, dtype=x_src.dtype).bernoulli_(keep) / keep
+        explained = _explain_factor(self, graph, 3)
+        if explained is not None:
+            explained = explained.to(x_src.dtype).view(-1, 1, 1)
+            mask = explained.expand(graph.num_edges, H, 1) if mask is None else mask * explained
+        if mask is not None:
+            feats["mask"] = mask.contiguous()
         slope = x_src.new_tensor(self.negative_slope)
         prog = programs.gat_attention("a_dst" in feats, "a_edge" in feats, "mask" in feats, slope)
         out = prog(graph, **feats)
@@ -115,95 +207,128 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
             out = out + self.bias
         return out
 
-    def _graph(self, edge_index, edge_attr, num_src, num_dst, size, x_dst):
+    def _graph(self, edge_index, plain, edge_attr, num_src, num_dst, size, x_dst):
         if not self.add_self_loops:
-            return as_graph(edge_index, (num_src, num_dst)), edge_attr
+            return _message_graph(self, edge_index, (num_src, num_dst)), edge_attr
         loops = num_src if x_dst is None else min(num_src, x_dst.size(0))
         loops = min(size) if size is not None else loops
 
-        def build(ei):
+        def with_self_loops(ei):
             ei, _ = remove_self_loops(ei)
-            ei, _ = add_self_loops(ei, num_nodes=loops)
-            return Graph.from_edge_index(ei, (num_src, num_dst))
+            return add_self_loops(ei, num_nodes=loops)[0]
 
-        graph = as_graph(edge_index, None, ("gat-self-loops", loops, num_src, num_dst), build)
+        graph = _message_graph(self, edge_index, (num_src, num_dst), ("gat-self-loops", loops), with_self_loops)
         if edge_attr is not None:  # edge features follow the same removal and fill, as in PyG
-            ei, edge_attr = remove_self_loops(edge_index, edge_attr)
+            ei, edge_attr = remove_self_loops(plain, edge_attr)
             _, edge_attr = add_self_loops(ei, edge_attr, fill_value=self.fill_value, num_nodes=loops)
         return graph, edge_attr
 
 
-def _is_sparse(adj) -> bool:
-    return (isinstance(adj, Tensor) and (adj.is_sparse or adj.layout != torch.strided)) or \
-        type(adj).__name__ == "SparseTensor"
+def _num_vertices(layer: MessagePassing, name: str, x: Tensor) -> int:
+    if not -x.dim() <= layer.node_dim < x.dim():
+        raise ValueError(f"{name} reads vertices along node_dim={layer.node_dim}, but the node features have shape "
+                         f"{tuple(x.shape)}; pass (N, F) features, or (B, N, F) with node_dim=-2")
+    return x.size(layer.node_dim)
 
 
-def _normalized(layer, x: Tensor, edge_index, edge_weight, improved: bool):
-    """gcn_norm's (graph, weights), with PyG's cached=True semantics and our graph cache."""
+def _vertex_rows(layer: MessagePassing, x: Tensor):
+    """x as one row per vertex: PyG's node_dim axis first and every other axis folded into the
+    features (a batch of feature sets over one static graph is one wider feature set), and the
+    function that puts a result of the same layout back. A no-op for (N, F) features."""
+    axis = layer.node_dim % x.dim()
+    moved = x.movedim(axis, 0)
+    features = moved.shape[1:]
+    return moved.reshape(moved.size(0), math.prod(features)), \
+        lambda out: out.reshape(out.size(0), *features).movedim(0, axis)
+
+
+def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool):
+    """The graph messages travel along and its edge weights: gcn_norm's when the layer normalizes,
+    with PyG's cached=True semantics, and PyG's flow."""
     if layer.normalize and layer.cached and layer._cached_edge_index is not None:
         return layer._cached_edge_index
-    n = x.size(layer.node_dim)
-    if not layer.normalize:
-        edge_index, edge_weight, _ = _edge_list(edge_index, edge_weight)
-        _check_edge_index(edge_index)
-        if layer.flow != "source_to_target":
-            edge_index = edge_index.flip(0)
-        return as_graph(edge_index, n, (layer.flow,)), edge_weight
-    if _is_sparse(edge_index):
+    n = _num_vertices(layer, name, x)
+    _check_flow(layer, edge_index)
+    if layer.normalize and _is_sparse(edge_index):
         # PyG normalises a sparse adjacency in its own way (self-loops added, not "remaining")
         normalized = gcn_norm(edge_index, None, n, improved, layer.add_self_loops, layer.flow, x.dtype)
         normalized = normalized[0] if isinstance(normalized, tuple) else normalized
         ei, weight, _ = _edge_list(normalized)
     else:
-        edge_index, edge_weight, _ = _edge_list(edge_index, edge_weight)
-        _check_edge_index(edge_index)
-        ei, weight = gcn_norm(edge_index, edge_weight, n, improved, layer.add_self_loops, layer.flow, x.dtype)
-    tag = ("gcn", layer.add_self_loops, n, layer.flow)
-    graph = as_graph(edge_index, None, tag, lambda _: Graph.from_edge_index(ei, n))
+        ei, weight, _ = _edge_list(edge_index, edge_weight)
+        _check_edge_index(ei)
+        if layer.normalize:
+            ei, weight = gcn_norm(ei, weight, n, improved, layer.add_self_loops, layer.flow, x.dtype)
+    if layer.normalize:
+        graph = _message_graph(layer, edge_index, (n, n), ("gcn", layer.add_self_loops), lambda _: ei)
+    else:
+        graph = _message_graph(layer, edge_index, (n, n))
     result = (graph, weight)
-    if layer.cached:
+    if layer.normalize and layer.cached:
         layer._cached_edge_index = result
     return result
 
 
-class GCNConv(_NoTemplates, pyg_nn.GCNConv):
+def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int) -> Tensor | None:
+    """The per-edge multiplier of a weighted sum: the edge weights, times the explanation mask in explain mode."""
+    explained = _explain_factor(layer, graph, message_dims)
+    if explained is None:
+        return weight
+    return explained if weight is None else weight * explained
+
+
+class GCNConv(_StockTemplates, pyg_nn.GCNConv):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GCNConv`: normalisation as PyG's gcn_norm, then one "
                "weighted-sum sweep.\n\n" + (pyg_nn.GCNConv.__doc__ or ""))
+    _stock_example = (1, 1)
 
     def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
         if isinstance(x, (tuple, list)):
             raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as input while this "
                              "layer does not support bipartite message passing. Please try other layers such as "
                              "'SAGEConv' or 'GraphConv' instead")
+        unfused = _unfused_reason(self)
+        if unfused is not None:
+            _warn_once("GCNConv", unfused)
+            return super().forward(x, edge_index, edge_weight)
         programs.check_features("GCNConv", x)
-        graph, weight = _normalized(self, x, edge_index, edge_weight, self.improved)
+        graph, weight = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
         x = self.lin(x)
-        feats = {"x": x}
+        rows, restore = _vertex_rows(self, x)
+        feats = {"x": rows}
+        weight = _edge_weights(self, graph, weight, x.dim())
         if weight is not None:
             feats["w"] = weight.to(x.dtype)
-        out = programs.weighted_sum("w" in feats)(graph, **feats)
+        out = restore(programs.weighted_sum("w" in feats)(graph, **feats))
         if self.bias is not None:
             out = out + self.bias
         return out
 
 
-class APPNP(_NoTemplates, pyg_nn.APPNP):
+class APPNP(_StockTemplates, pyg_nn.APPNP):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.APPNP`: each of the K steps is one sweep that also "
                "mixes in the teleport term.\n\n" + (pyg_nn.APPNP.__doc__ or ""))
+    _stock_example = (1, 0.0)
 
     def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
+        unfused = _unfused_reason(self)
+        if unfused is not None:
+            _warn_once("APPNP", unfused)
+            return super().forward(x, edge_index, edge_weight)
         programs.check_features("APPNP", x)
-        graph, weight = _normalized(self, x, edge_index, edge_weight, False)
+        graph, weight = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
+        explained = _explain_factor(self, graph, x.dim())
+        rows, restore = _vertex_rows(self, x)
         alpha = x.new_tensor(self.alpha)
-        h = x
+        h = out = rows
         for _ in range(self.K):
             w = weight
             if self.dropout > 0 and self.training:
-                if w is None:
-                    w = x.new_ones(graph.num_edges)
-                w = F.dropout(w, p=self.dropout)
-            feats = {"x": x, "h": h}
+                w = F.dropout(rows.new_ones(graph.num_edges) if w is None else w, p=self.dropout)
+            if explained is not None:
+                w = explained if w is None else w * explained
+            feats = {"x": out, "h": h}
             if w is not None:
                 feats["w"] = w.to(x.dtype)
-            x = programs.appnp_step("w" in feats, alpha)(graph, **feats)
-        return x
+            out = programs.appnp_step("w" in feats, alpha)(graph, **feats)
+        return restore(out)
