@@ -86,11 +86,20 @@ def oracle(fn, edge_index: torch.Tensor, num_dst: int, like, **features):
     plain = types.FunctionType(fn.__code__, glob, fn.__name__, fn.__defaults__, fn.__closure__)
     likes = like if isinstance(like, tuple) else (like,)
     per_vertex = [plain(Vertex(i)) for i in range(num_dst)]
+    per_vertex = [r if isinstance(like, tuple) else (r,) for r in per_vertex]
     outs = []
     for k, ref in enumerate(likes):
+        if any(isinstance(r[k], list) for r in per_vertex):  # a per-neighbour list: one row per edge
+            rows = [None] * len(src)
+            for w, r in enumerate(per_vertex):
+                for (eid, _), item in zip(in_edges[w], r[k], strict=True):
+                    item = item if isinstance(item, torch.Tensor) else torch.tensor(float(item), dtype=ref.dtype)
+                    rows[eid] = torch.broadcast_to(item, ref.shape[1:])
+            outs.append(torch.stack(rows).reshape(ref.shape) if rows else ref.new_zeros(ref.shape))
+            continue
         rows = []
         for r in per_vertex:
-            r = r[k] if isinstance(like, tuple) else r
+            r = r[k]
             # a vertex with no neighbours may get a plain 0 (or a 0-d product with it) from Python's sum
             r = r if isinstance(r, torch.Tensor) else torch.tensor(float(r), dtype=ref.dtype)
             rows.append(torch.broadcast_to(r, ref.shape[1:]))

@@ -64,8 +64,8 @@ def inplace_on_tensor(v):
     return out
 
 
-def returns_list(v):
-    return [nb.x for nb in v.innbs]
+def returns_neighbours(v):
+    return [nb for nb in v.innbs]  # a per-neighbour list of tensors is a per-edge result; of neighbours, nothing
 
 
 def python_max_of_tensors(v):
@@ -101,7 +101,7 @@ CASES = [
     (bad_broadcast, "nb.x * v.m", "cannot broadcast `nb.x` (feature shape [4]) with `v.m` (feature shape [3])"),
     (unknown_function, "gelu", "unsupported function F.gelu"),
     (inplace_on_tensor, "out += 1", "modifies it in place"),
-    (returns_list, "return [nb.x", "a per-neighbour list"),
+    (returns_neighbours, "return [nb for", "a per-neighbour list"),
     (python_max_of_tensors, "max(v.x", "use torch.maximum"),
     (nested_neighbourhoods, "sum(sum(", "nested loops over neighbourhoods"),
     (bad_param_shape, "nb.x * BIG", "BIG of shape [5, 3, 4] cannot broadcast"),

@@ -109,6 +109,18 @@ def mixed_shapes(v):
     return sum(nb.h * v.er.squeeze(-1).unsqueeze(-1) for nb in v.innbs)
 
 
+def attention_weights(v):
+    # a per-neighbour list as a result: one row per edge (GAT's normalised attention)
+    coeff = [torch.exp(F.leaky_relu(nb.el + v.er, 0.2)) for nb in v.innbs]
+    s = sum(coeff)
+    alpha = [c / s for c in coeff]
+    return sum(a * nb.h for a, nb in zip(alpha, v.innbs)), alpha
+
+
+def edge_results(v):
+    return [e.w * e.src.x + v.y for e in v.inedges], [nb.x for nb in v.innbs], sum(nb.x for nb in v.innbs)
+
+
 # --- tests ---------------------------------------------------------------------------------------
 N = 23
 
@@ -143,6 +155,8 @@ CASES = [
     (numbers_and_helpers, ["x", "y"]),
     (locals_and_tuples, ["x", "y"]),
     (mixed_shapes, ["h", "er"]),
+    (attention_weights, ["el", "er", "h"]),
+    (edge_results, ["x", "y", "w"]),
 ]
 
 

@@ -720,9 +720,14 @@ def lower(fn, specs: dict[str, FeatureSpec]) -> Lowered:
     for k, r in enumerate(results):
         if r is None:
             raise source.error(where, f"{tree.name} must return a per-vertex tensor (or a tuple of them)")
+        if isinstance(r, HoodList) and isinstance(r.elem, (Value, bool, int, float)):
+            # a per-neighbour list is a per-edge result: one row per edge, in edge_index order
+            outputs.append((BufferKey(Role.OUTPUT, f"out{k}", Space.EDGE), top.operand(r.elem)))
+            continue
         if not isinstance(r, Value) or ctx.builder.node(r.id).space is not Space.DST:
             detail = top.describe(r) if not isinstance(r, Value) else f"a {ctx.builder.node(r.id).space.value} value"
             raise source.error(where, f"result {k} of {tree.name} is {detail}; a vertex program returns per-vertex "
-                                      "tensors that depend on the vertex (aggregate neighbour values with sum/max/min)")
+                                      "tensors that depend on the vertex (aggregate neighbour values with sum/max/min) "
+                                      "or per-neighbour lists of tensors (one row per edge)")
         outputs.append((BufferKey(Role.OUTPUT, f"out{k}", Space.DST), r.id))
     return Lowered(ctx.builder.program(outputs), ctx.features, ctx.params, ctx.facts, returns_tuple)
