@@ -21,11 +21,13 @@ from .passes.canonicalize import canonicalize
 from .passes.hoist import hoist_params
 from .passes.schedule import Schedule, schedule
 from .passes.softmax import stabilise_softmax
-from .runtime import config, jit, prebuilt
+from .runtime import config, jit, prebuilt, toolchain
+from .runtime.executor import COMPUTE_DTYPE
 from .runtime.op import CompiledOp, make_op
 from .runtime.params import evaluate_prelude
 
-SUPPORTED_DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+SUPPORTED_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+                    torch.bfloat16: "bfloat16"}
 
 
 @dataclass
@@ -141,17 +143,18 @@ def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, target: str 
                      c.schedules["backward"], lowered, c.prelude)
 
 
-def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype) -> tuple[Specialisation, list]:
+def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype,
+          tools: toolchain.Toolchain) -> tuple[Specialisation, list]:
     """Generate, then bind to the prebuilt extension or a JIT-built library; returns the facts read."""
-    g = generate(fn, specs, dtype)
-    lib = prebuilt.lookup(g.key)
+    g = generate(fn, specs, dtype, tools.target)
+    lib = prebuilt.lookup(g.key) if tools.backend == "cpu" else None
     if lib is None:
         if not config.jit_enabled():
             raise BuildError(f"{fn.__qualname__} (specialised on {_describe(specs, dtype)}) is not in the prebuilt "
                              "extension and SEASTAR_NO_JIT=1 forbids compiling it; unset SEASTAR_NO_JIT, or reinstall "
                              "seastar_layers so its extension matches this version")
-        lib = jit.load_library(g.source, stem=fn.__code__.co_name)
-    op = make_op(g.key, lib, g.forward, g.backward, dtype)
+        lib = jit.load_library(g.source, stem=fn.__code__.co_name, tools=tools)
+    op = make_op(g.key, tools.tag, lib, g.forward, g.backward, dtype)
     spec = Specialisation(op, g.prelude, g.lowered.params, g.lowered.features, g.lowered.returns_tuple, dtype)
     return spec, g.lowered.facts
 
@@ -171,21 +174,21 @@ class _SpecialisationCache:
         self._entries: OrderedDict = OrderedDict()
         self._paths: dict = {}  # code -> paths of the environment objects its last build read
 
-    def get(self, fn, specs, dtype) -> Specialisation:
+    def get(self, fn, specs, dtype, tools: toolchain.Toolchain) -> Specialisation:
         code = fn.__code__
         paths = self._paths.get(code, ())
         try:
             facts = tuple(signature_of(resolve_path(fn, p)) for p in paths)
         except (AttributeError, KeyError, ValueError):
             facts = None
-        key = (code, tuple(sorted((n, s.shape, s.dtype) for n, s in specs.items())), dtype, facts)
+        key = (code, tuple(sorted((n, s.shape, s.dtype) for n, s in specs.items())), dtype, tools, facts)
         spec = self._entries.get(key) if facts is not None else None
         if spec is not None:
             self._entries.move_to_end(key)
             return spec
-        spec, new_facts = build(fn, specs, dtype)
+        spec, new_facts = build(fn, specs, dtype, tools)
         self._paths[code] = tuple(p for p, _ in new_facts)
-        key = key[:3] + (tuple(sig for _, sig in new_facts),)
+        key = key[:4] + (tuple(sig for _, sig in new_facts),)
         self._entries[key] = spec
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
@@ -224,26 +227,43 @@ class CompiledProgram:
         specs, dtype = _feature_specs(features)
         return (shape_pattern(specs) if self.generic_shapes else specs), dtype
 
-    def generate(self, features: dict[str, torch.Tensor]) -> Generated:
+    def generate(self, features: dict[str, torch.Tensor], target: str = "cpu") -> Generated:
         """The generated source for these features, compiling nothing (setup.py prebuilds with it)."""
-        return generate(self.fn, *self.specs(features))
+        return generate(self.fn, *self.specs(features), target)
 
-    def specialise(self, features: dict[str, torch.Tensor]) -> Specialisation:
+    def source(self, target: str = "cpu", **features) -> str:
+        """The source generated for these features (shapes and dtype are what matter) and target
+        ("cpu" or "cuda"), compiling nothing: for reading, reviewing and testing generated code."""
+        if target not in TARGETS:
+            raise ValueError(f"target must be one of {sorted(TARGETS)}, got {target!r}")
+        try:
+            return self.generate(features, target).source
+        except CompileError as e:
+            raise e.with_traceback(None) from None
+
+    def specialise(self, features: dict[str, torch.Tensor], tools: toolchain.Toolchain = toolchain.CPU
+                   ) -> Specialisation:
         specs, dtype = self.specs(features)
         try:
-            return _CACHE.get(self.fn, specs, dtype)
+            return _CACHE.get(self.fn, specs, dtype, tools)
         except CompileError as e:
             raise e.with_traceback(None) from None  # the user's line is in the message; drop compiler frames
 
     @torch.compiler.disable  # compilation is Python work on source and shapes, not something to trace
     def prepare(self, graph, size=None, **features) -> tuple[Specialisation, list, list]:
         """The specialisation for these features and the op's arguments (graph tensors, inputs)."""
-        spec = self.specialise(features)
+        device = _device_of(features)
+        tools = toolchain.for_device(device)
+        spec = self.specialise(features, tools)
         g = _resolve_graph(graph, size, spec, features)
+        if g.device != device:
+            what = "an edge_index" if isinstance(graph, torch.Tensor) else type(graph).__name__
+            raise ValueError(f"the graph ({what}) is on {g.device} but the features are on {device}; move the graph "
+                             f"to the features' device (e.g. edge_index.to({str(device)!r}))")
         unused = sorted(set(features) - {name for name, _ in spec.features})
         if unused:
             raise TypeError(f"{self.fn.__name__} got features it never reads: {', '.join(unused)}")
-        return spec, g.tensors(), _gather_inputs(self.fn, spec, g, features)
+        return spec, g.tensors(with_orders=tools.backend != "cpu"), _gather_inputs(self.fn, spec, g, features)
 
     def __call__(self, graph, *, size=None, **features):
         spec, graph_tensors, inputs = self.prepare(graph, size, **features)
@@ -276,6 +296,14 @@ def shape_pattern(specs: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
     return out
 
 
+def _device_of(features: dict) -> torch.device:
+    devices = {name: t.device for name, t in features.items() if isinstance(t, torch.Tensor)}
+    if len(set(devices.values())) > 1:
+        listing = ", ".join(f"{name!r} on {device}" for name, device in devices.items())
+        raise ValueError(f"all features must be on one device, got {listing}; move them to one device")
+    return next(iter(devices.values()), torch.device("cpu"))
+
+
 def _feature_specs(features: dict) -> tuple[dict[str, FeatureSpec], torch.dtype]:
     dtype = None
     specs = {}
@@ -283,12 +311,10 @@ def _feature_specs(features: dict) -> tuple[dict[str, FeatureSpec], torch.dtype]
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"feature {name!r} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"feature {name!r} has dtype {t.dtype}; compiled programs support float32 and float64")
+            raise TypeError(f"feature {name!r} has dtype {t.dtype}; compiled programs support float32, float64, "
+                            "float16 and bfloat16")
         if t.dim() == 0:
             raise ValueError(f"feature {name!r} must have one row per vertex (or edge), got a 0-d tensor")
-        if t.device.type != "cpu":
-            raise NotImplementedError(f"feature {name!r} is on {t.device}; this build runs compiled programs on the "
-                                      "CPU only (the CUDA dialect is not built yet)")
         if dtype is None:
             dtype = t.dtype
         elif t.dtype != dtype:
@@ -311,16 +337,21 @@ def _gather_inputs(fn, spec: Specialisation, g: Graph, features: dict) -> list[t
             raise ValueError(f"feature {name!r} is read as {reader} and needs one row per {what} ({n} rows), "
                              f"got {t.shape[0]}{hint}")
     params = {name: resolve_path(fn, path) for name, path in spec.params.items()}
+    compute = COMPUTE_DTYPE[spec.dtype]  # half-precision programs compute (and take parameters) in float32
     for name, p in params.items():
-        if p.dtype != spec.dtype:
+        if p.dtype not in (spec.dtype, compute):
             raise TypeError(f"closed-over tensor {name} is {p.dtype} but the program runs in {spec.dtype}, the dtype "
                             "of its features (float32 when it reads none); convert one to match")
+        if p.device != g.device:
+            raise ValueError(f"closed-over tensor {name} is on {p.device} but the features are on {g.device}; move "
+                             "it to the features' device")
+    params = {name: p.to(compute) for name, p in params.items()}
     params.update(evaluate_prelude(spec.prelude, params))
     inputs = []
     for buf in spec.op.inputs:
         key = buf.key
         if key.role is Role.DEGREE:
-            inputs.append(g.in_degree(spec.dtype))
+            inputs.append(g.in_degree(compute))
         elif key.role is Role.PARAM:
             inputs.append(params[key.name].contiguous())
         else:

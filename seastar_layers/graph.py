@@ -24,6 +24,7 @@ class Graph:
         self.out_indptr, self.out_dst, self.out_eid = out_indptr, out_dst, out_eid
         self.num_src, self.num_dst = num_src, num_dst
         self._degree_cache: dict[torch.dtype, torch.Tensor] = {}
+        self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def num_edges(self) -> int:
@@ -37,8 +38,17 @@ class Graph:
     def device(self) -> torch.device:
         return self.in_indptr.device
 
-    def tensors(self) -> list[torch.Tensor]:
-        return [self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid]
+    def tensors(self, with_orders: bool = False) -> list[torch.Tensor]:
+        """The CSR arrays the kernels read; with_orders adds the destination and the source rows,
+        heaviest first (GPU kernels take rows in that order, so hubs start early, not last)."""
+        arrays = [self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid]
+        return arrays + list(self.row_orders()) if with_orders else arrays
+
+    def row_orders(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._orders is None:
+            self._orders = tuple(torch.argsort(indptr[1:] - indptr[:-1], descending=True, stable=True)
+                                 for indptr in (self.in_indptr, self.out_indptr))
+        return self._orders
 
     def in_degree(self, dtype: torch.dtype) -> torch.Tensor:
         """In-degree of every destination as a (num_dst,) tensor of dtype, cached."""

@@ -86,7 +86,7 @@ def build_op(op: Op, shape=(3,), dtype="float64"):
     key = "t" + hashlib.sha256(c.source.encode()).hexdigest()[:16] + "_"
     source = c.source.replace("__SEASTAR_PREFIX__", key)
     lib = jit.load_library(source, stem=f"op_{op.value}")
-    return make_op(key, lib, c.schedules["forward"], c.schedules["backward"],
+    return make_op(key, "", lib, c.schedules["forward"], c.schedules["backward"],
                    {"float64": torch.float64, "float32": torch.float32}[dtype]), names
 
 

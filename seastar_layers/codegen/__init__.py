@@ -1,4 +1,5 @@
 """Rendering scheduled programs as source: one renderer (cstyle.py), one dialect per target."""
 from .cpu import CpuDialect
+from .cuda import CudaDialect
 
-TARGETS = {"cpu": CpuDialect()}
+TARGETS = {"cpu": CpuDialect(), "cuda": CudaDialect()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ..ir import OPS, BufferKey, Kind, Op, Space
-from ..ir.program import size_expr, symbols_of
+from ..ir.program import size_expr, strides, symbols_of
 from ..passes.schedule import Buffer, Kernel, Schedule
 from .dialect import Dialect, ElementLoop, c_max
 
@@ -20,11 +20,6 @@ from .dialect import Dialect, ElementLoop, c_max
 # destination and source rows in the order a dialect should take them (heaviest first; may be null)
 GRAPH_SLOTS = 8
 _MATH = re.compile(r"\$(\w+)\(")
-
-
-def strides(shape) -> list:
-    """Row-major strides: ints, or C expressions where the shape has symbols."""
-    return [size_expr(shape[k + 1:]) for k in range(len(shape))]
 
 
 def flat_index(shape, coords: list[str], out_rank: int) -> str:
@@ -57,6 +52,7 @@ class KernelRenderer:
         self.scratch_sizes: list = []
         self.sizes: list = []  # every value size the kernel handles: the dialect sizes its groups by the widest
         self._lanes: set[int] = set()  # per-edge values held in registers inside a blocked loop
+        self.shared_in_edge_loop = False  # whether the current edge loop wrote values other lanes read
 
     # helpers -----------------------------------------------------------------------------------
     def emit(self, *lines: str):
@@ -96,11 +92,12 @@ class KernelRenderer:
         row = {self.k.row_space: "r", self.k.nbr_space: "nbr", Space.EDGE: "eid", Space.PARAM: None}[n.space]
         return base if row is None else f"{base} + {row} * {n.size}"
 
-    def declare_value(self, i: int) -> bool:
-        """Declare the array of computed value i; returns whether it is replicated across lanes."""
+    def declare_value(self, i: int, distributed: bool = False) -> bool:
+        """Declare the array of computed value i; returns whether it is replicated across lanes
+        (`distributed` forbids it: lanes will write only their own elements)."""
         size = self.nodes[i].size
         self.sizes.append(size)
-        replicated = self.d.replicated(size)
+        replicated = self.d.replicated(size) and not distributed
         offset = None
         if not self.d.on_stack(size, replicated):
             if i not in self.slots:
@@ -109,14 +106,17 @@ class KernelRenderer:
             offset = self.slots[i]
         self.emit(self.d.declare(f"v{i}", size, replicated, offset))
         self.replicated[i] = replicated
+        self.shared_in_edge_loop |= not replicated
         return replicated
 
     def for_each(self, shape, size, replicated: bool, body) -> None:
         """An element loop over `shape`; body(loop) returns the statements for one element."""
         loop = self.d.element_loop(tuple(shape), size, replicated)
+        statements = body(loop)
+        used = set(re.findall(r"\b\w+\b", " ".join(statements)))
         self.emit(*loop.open)
         self.depth += 1
-        self.emit(*body(loop))
+        self.emit(*(line for var, line in loop.declarations.items() if var in used), *statements)
         self.depth -= 1
         self.emit(*loop.close)
 
@@ -258,7 +258,7 @@ class KernelRenderer:
         layout = self.d.block_layout(str(size))
         self._lanes = set(lanes)
         for a in loop.aggs:
-            self.declare_value(a)
+            self.declare_value(a, distributed=True)  # each lane stores the features of its own slots
         self.emit(f"for (int64_t f0 = 0; f0 < {size}; f0 += {layout.width}) {{")
         self.depth += 1
         for guard_open, count, guard_close in layout.variants:
@@ -274,9 +274,10 @@ class KernelRenderer:
 
     def slot_loop(self, layout, count: str, size: str, body: list[str]):
         self.emit(*(line.replace("WIDTH", count).replace("SIZE", size) for line in layout.slot_open))
-        self.depth += 1
+        nesting = sum(line.rstrip().endswith("{") for line in layout.slot_open)
+        self.depth += nesting
         self.emit(*body)
-        self.depth -= 1
+        self.depth -= nesting
         self.emit(*layout.slot_close)
 
     def render_block(self, loop, lanes: list[int], layout, count: str, size: str):
@@ -305,13 +306,15 @@ class KernelRenderer:
     # kernel ------------------------------------------------------------------------------------
     def open_edge_loop(self) -> set[int]:
         """Start the loop over the row's edges; returns the values in scope before it."""
+        self.shared_in_edge_loop = False
         self.emit("for (int64_t j = begin; j < end; ++j) {")
         self.depth += 1
         self.emit("const int64_t nbr = nbrs[j], eid = eids[j];", "(void)nbr; (void)eid;")
         return set(self.ready)
 
     def close_edge_loop(self):
-        self.emit(*self.d.sync())  # lanes finish reading this edge's values before the next overwrites them
+        if self.shared_in_edge_loop:  # lanes finish reading this edge's values before the next overwrites them
+            self.emit(*self.d.sync())
         self.depth -= 1
         self.emit("}")
 
@@ -404,6 +407,7 @@ class KernelRenderer:
         for key, k in self.buffer_index.items():
             ctype = self.c_type(self.buffers[key])
             self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
+        self.emit(" ".join(f"(void)b{k};" for k in self.buffer_index.values()))
         self.emit(*self.d.row_loop_open(n_rows, "order", bool(self.scratch_sizes)))
         self.lines.extend("  " + line for line in body)
         self.emit(*self.d.row_loop_close())

@@ -10,7 +10,7 @@ computes all of it and keeps it in registers, and no sync is needed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Storage type of the features per torch dtype name, and the compute type kernels accumulate in.
 COMPUTE_TYPE = {"float32": "float32", "float64": "float64", "float16": "float32", "bfloat16": "float32"}
@@ -32,13 +32,15 @@ class ElementLoop:
     """A loop over the elements of a value that this lane computes.
 
     open/close: the lines around the body; coords: a C expression per axis of `shape` (unused for
-    axes of extent 1); flat: a variable holding the element's flat index, where the dialect has one."""
+    axes of extent 1); declarations: lines defining coordinate variables, emitted only where the
+    body uses them; flat: a variable holding the element's flat index, where the dialect has one."""
 
     shape: tuple
     open: list[str]
     close: list[str]
     coords: list[str]
     flat: str | None = None
+    declarations: dict = field(default_factory=dict)  # coordinate variable -> the line defining it
 
 
 @dataclass(frozen=True)

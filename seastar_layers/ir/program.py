@@ -29,6 +29,11 @@ def size_expr(shape):
     return " * ".join(([str(const)] if const != 1 else []) + list(symbols))
 
 
+def strides(shape) -> list:
+    """Row-major strides: ints, or C expressions where the shape has symbols."""
+    return [size_expr(shape[k + 1:]) for k in range(len(shape))]
+
+
 def symbols_of(shapes) -> list[str]:
     return sorted({d for shape in shapes for d in shape if is_symbol(d)}, key=lambda d: int(d[1:]))
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -41,3 +42,28 @@ def native_build() -> bool:
 
 def cxx() -> str:
     return os.environ.get("CXX", "g++")
+
+
+def nvcc() -> str:
+    """NVCC, else $CUDA_HOME/bin/nvcc, else nvcc on the PATH."""
+    if os.environ.get("NVCC"):
+        return os.environ["NVCC"]
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    return str(Path(home) / "bin" / "nvcc") if home else "nvcc"
+
+
+def cuda_home() -> Path | None:
+    """CUDA_HOME (or CUDA_PATH), else the toolkit nvcc belongs to, else /usr/local/cuda if present."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return Path(home)
+    found = shutil.which(nvcc())
+    if found and (Path(found).resolve().parent.parent / "lib64").is_dir():
+        return Path(found).resolve().parent.parent
+    return Path("/usr/local/cuda") if Path("/usr/local/cuda").is_dir() else None
+
+
+def emulate_cuda() -> bool:
+    """SEASTAR_EMULATE_CUDA=1: run programs on CPU tensors through the CUDA dialect, compiled against the
+    CPU emulation of CUDA's execution model (for testing GPU kernels on machines without a GPU)."""
+    return _flag("SEASTAR_EMULATE_CUDA")

@@ -86,7 +86,8 @@ def run(entry: Entry, sched: Schedule, graph_tensors: list[torch.Tensor], sizes:
     numels = (ctypes.c_int64 * max(len(tensors), 1))(*[t.numel() for t in tensors])
     graph = _GRAPH_ARRAY(*[t.data_ptr() if t is not None else None for t in graph_tensors])
     dim_array = (ctypes.c_int64 * max(len(dims), 1))(*dims)
-    rc = entry.fn(_SIZES(*sizes), dim_array, graph, pointers, numels, torch.get_num_threads(), None)
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    rc = entry.fn(_SIZES(*sizes), dim_array, graph, pointers, numels, torch.get_num_threads(), stream)
     if rc > 0:
         buf = sched.buffers[rc - 1]
         raise ValueError(f"internal: the kernel entry refused buffer {buf.key!r} with {tensors[rc - 1].numel()} "

@@ -1,7 +1,8 @@
-"""Build generated C++ into a small shared library, cached on disk by a hash of what determines it.
+"""Build generated source into a small shared library, cached on disk by a hash of what determines it.
 
 The key covers the source (which spells out the program and its specialisation), the compiler's
-own version, the C++ compiler and its flags, and the CPU the code is tuned for. Builds happen in a
+own version, and the toolchain: its compiler, flags and the CPU or GPU architecture the code is
+built for (runtime/toolchain.py). Builds happen in a
 private temp dir and are renamed into place, so concurrent builds of one kernel are safe; each
 library has a checksum file written after it, so a truncated or corrupt entry is rebuilt.
 """
@@ -25,9 +26,9 @@ _lock = threading.Lock()
 build_count = 0  # tests read it to prove the cache works
 
 
-def cache_key(source: str) -> str:
+def cache_key(source: str, tools: toolchain.Toolchain = toolchain.CPU) -> str:
     h = hashlib.sha256()
-    for part in (__version__, " ".join(toolchain.jit_cxx_flags()), toolchain.cxx_identity(), source):
+    for part in (__version__, tools.identity(), source):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:32]
@@ -37,19 +38,19 @@ def _checksum(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def load_library(source: str, stem: str = "program") -> ctypes.CDLL:
-    """The compiled library for `source`, from the cache or freshly built."""
+def load_library(source: str, stem: str = "program", tools: toolchain.Toolchain = toolchain.CPU) -> ctypes.CDLL:
+    """The compiled library for `source`, from the cache or freshly built with `tools`."""
     if not config.jit_enabled():
         raise BuildError("SEASTAR_NO_JIT=1 is set, so custom programs cannot be compiled; "
                          "unset it, or use only the prebuilt layers")
-    key = cache_key(source)
+    key = cache_key(source, tools)
     directory = config.cache_dir()
     lib_path = directory / f"{stem}-{key}.so"
     ok_path = directory / f"{stem}-{key}.sha256"
     with _lock:
         if not config.force_rebuild() and _valid(lib_path, ok_path):
             return ctypes.CDLL(str(lib_path))
-        _build(source, directory, lib_path, ok_path)
+        _build(source, tools, directory, lib_path, ok_path)
         return ctypes.CDLL(str(lib_path))
 
 
@@ -60,18 +61,18 @@ def _valid(lib_path: Path, ok_path: Path) -> bool:
         return False
 
 
-def _build(source: str, directory: Path, lib_path: Path, ok_path: Path) -> None:
+def _build(source: str, tools: toolchain.Toolchain, directory: Path, lib_path: Path, ok_path: Path) -> None:
     global build_count
     directory.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=directory))
     try:
-        src = work / "program.cpp"
+        src = work / f"program{tools.suffix}"
         src.write_text(source)
         out = work / "program.so"
-        cmd = [config.cxx(), *toolchain.jit_cxx_flags(), str(src), "-o", str(out)]
+        cmd = tools.command(src, out)
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
-            kept = directory / f"failed-{lib_path.stem}.cpp"
+            kept = directory / f"failed-{lib_path.stem}{tools.suffix}"
             shutil.copy(src, kept)
             raise BuildError(f"compiling a generated kernel failed (this is a bug in seastar_layers; please report "
                              f"it with {kept}):\n{' '.join(cmd)}\n{result.stderr[-4000:]}")

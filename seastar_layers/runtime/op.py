@@ -32,15 +32,17 @@ def _sizes(graph: list[Tensor]) -> tuple[int, int, int]:
 _OPS: dict[str, CompiledOp] = {}  # torch.library allows one registration per name and process
 
 
-def make_op(key: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -> CompiledOp:
+def make_op(key: str, tag: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -> CompiledOp:
     """The custom op for a generated program (key: a hash of its source, which spells out its whole
-    interface and prefixes its entry points in the library); registered once per process."""
-    if key not in _OPS:
-        _OPS[key] = _register(key, lib, fwd, bwd, dtype)
-    return _OPS[key]
+    interface and prefixes its entry points in the library) built by one toolchain (tag: its
+    backend); registered once per process."""
+    name = key + tag
+    if name not in _OPS:
+        _OPS[name] = _register(key, name, lib, fwd, bwd, dtype)
+    return _OPS[name]
 
 
-def _register(key: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -> CompiledOp:
+def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -> CompiledOp:
     fwd_entry, bwd_entry = Entry(lib, key, "forward"), Entry(lib, key, "backward")
     input_bufs = [b for b in fwd.buffers if b.is_input]
     outputs = [b for b in fwd.buffers if b.role is Role.OUTPUT]
@@ -48,7 +50,7 @@ def _register(key: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -
     bwd_inputs = {b.key for b in bwd.buffers if b.is_input}
     bwd_outputs = {b.key for b in bwd.buffers if not b.is_input}
 
-    @torch.library.custom_op(f"seastar_layers::program_{key}", mutates_args=())
+    @torch.library.custom_op(f"seastar_layers::program_{name}", mutates_args=())
     def forward(graph: list[Tensor], inputs: list[Tensor]) -> list[Tensor]:
         dims = bind_dims(input_bufs, inputs)
         outs = run(fwd_entry, fwd, graph, _sizes(graph), {b.key: t for b, t in zip(input_bufs, inputs, strict=True)},
@@ -61,7 +63,7 @@ def _register(key: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -
         return [torch.empty(buffer_shape(b, sizes, dims), dtype=buffer_dtype(b, dtype), device=graph[0].device)
                 for b in outputs + saved_bufs]
 
-    @torch.library.custom_op(f"seastar_layers::program_{key}_backward", mutates_args=())
+    @torch.library.custom_op(f"seastar_layers::program_{name}_backward", mutates_args=())
     def backward(graph: list[Tensor], inputs: list[Tensor], saved: list[Tensor], grads: list[Tensor]) -> list[Tensor]:
         named = {b.key: t for b, t in zip(input_bufs, inputs, strict=True)}
         named.update((b.key, t) for b, t in zip(saved_bufs, saved, strict=True))

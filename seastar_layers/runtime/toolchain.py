@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import platform
 import subprocess
+from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import BuildError
 from . import config
+
+INCLUDE_DIR = Path(__file__).resolve().parents[1] / "codegen" / "include"  # seastar_cuda.h and the emulator
 
 # -ffp-contract=off: a value recomputed in backward must equal, bit for bit, what forward computed
 # (max/min gradients find the winning edges by equality), so no kernel may fuse a*b+c differently
@@ -46,3 +51,99 @@ def cxx_identity() -> str:
     except OSError:
         pass
     return f"{version}\n{cpu}"
+
+
+# The emulator runs kernels for correctness on small graphs: a light optimisation level keeps its
+# (heavy) header quick to compile.
+EMULATION_FLAGS = ("-O1", "-std=c++17", "-fno-math-errno", "-ffp-contract=off")
+# --fmad=false: as -ffp-contract=off on the CPU, recomputed values must match bit for bit
+NVCC_FLAGS = ("-O3", "-std=c++17", "--fmad=false", "-Xcompiler", "-fPIC", "-shared", "-cudart", "shared")
+
+
+@functools.lru_cache(maxsize=1)
+def _include_identity() -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(INCLUDE_DIR.glob("*.h")))).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def nvcc_identity() -> str:
+    nvcc = config.nvcc()
+    try:
+        return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise BuildError(f"no working CUDA compiler ({nvcc!r}: {e}); install the CUDA toolkit (nvcc) or set "
+                         "CUDA_HOME, or use only the prebuilt layers") from None
+
+
+def gencode(arch: str) -> list[str]:
+    """nvcc flags for one compute capability such as "90": real code for it."""
+    return ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """How the JIT turns one generated source into a shared library, for one backend.
+
+    backend: "cpu" (the CPU dialect, g++), "cuda" (the CUDA dialect, nvcc, for `arch`) or
+    "cuda-emulation" (the CUDA dialect compiled with g++ against the emulator, run on CPU tensors)."""
+
+    backend: str
+    arch: str | None = None  # compute capability for "cuda", e.g. "90"
+
+    @property
+    def target(self) -> str:
+        """The dialect whose source this toolchain compiles."""
+        return "cpu" if self.backend == "cpu" else "cuda"
+
+    @property
+    def tag(self) -> str:
+        """Names the backend in op names (one op per program and backend)."""
+        return {"cpu": "", "cuda-emulation": "emu"}.get(self.backend, f"cuda{self.arch}")
+
+    @property
+    def suffix(self) -> str:
+        return ".cpp" if self.backend == "cpu" else ".cu"
+
+    def command(self, source: Path, output: Path) -> list[str]:
+        if self.backend == "cpu":
+            return [config.cxx(), *jit_cxx_flags(), str(source), "-o", str(output)]
+        if self.backend == "cuda-emulation":
+            return [config.cxx(), *EMULATION_FLAGS, *SHARED_LIBRARY_FLAGS, "-x", "c++", f"-I{INCLUDE_DIR}",
+                    str(source), "-o", str(output)]
+        home = config.cuda_home()
+        rpath = ["-Xlinker", f"-rpath={home / 'lib64'}"] if home else []  # torch has libcudart loaded where it runs
+        return [config.nvcc(), *NVCC_FLAGS, *gencode(self.arch), *rpath, f"-I{INCLUDE_DIR}", str(source), "-o",
+                str(output)]
+
+    def identity(self) -> str:
+        """Everything besides the source that decides the library: part of its cache key."""
+        compiler = cxx_identity() if self.backend != "cuda" else nvcc_identity()
+        return "\n".join([self.backend, str(self.arch), " ".join(self.command(Path("s"), Path("o"))), compiler,
+                          "" if self.backend == "cpu" else _include_identity()])
+
+
+CPU = Toolchain("cpu")
+CUDA_EMULATION = Toolchain("cuda-emulation")
+
+
+def for_device(device) -> Toolchain:
+    """The toolchain for programs whose features are on `device`."""
+    if device.type == "cuda":
+        return _cuda_toolchain(device.index if device.index is not None else torch_cuda_current())
+    if device.type == "cpu":
+        return CUDA_EMULATION if config.emulate_cuda() else CPU
+    raise NotImplementedError(f"compiled programs run on CPU and CUDA tensors, not on {device}")
+
+
+def torch_cuda_current() -> int:
+    import torch
+
+    return torch.cuda.current_device()
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_toolchain(index: int) -> Toolchain:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(index)
+    return Toolchain("cuda", f"{major}{minor}")

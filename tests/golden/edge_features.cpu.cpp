@@ -34,6 +34,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:y@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
+  (void)b0; (void)b1; (void)b2; (void)b3;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -137,6 +138,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
   scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -180,6 +182,7 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
   scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];

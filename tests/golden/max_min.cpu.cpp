@@ -36,6 +36,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out1@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -167,6 +168,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -307,6 +309,7 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];

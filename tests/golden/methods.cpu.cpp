@@ -36,6 +36,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -250,6 +251,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -453,6 +455,7 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];

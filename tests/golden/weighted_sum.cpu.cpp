@@ -34,6 +34,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
+  (void)b0; (void)b1; (void)b2;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
@@ -110,6 +111,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;

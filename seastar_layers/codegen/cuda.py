@@ -1,0 +1,144 @@
+"""The CUDA dialect: a group of `lanes` threads (a power of two up to a warp) per row.
+
+Lanes split a row's feature elements (`f = lane, lane + lanes, ...`), so the group size follows the
+widest value of the kernel: narrow programs pack several rows into a warp, as Seastar's
+feature-adaptive groups do. Groups take rows grid-stride, in the order the runtime gives (heaviest
+rows first) so a hub starts early rather than last. Values other lanes read live in the group's
+slice of dynamic shared memory and are followed by `__syncwarp` on the group's mask; small values of
+a size known at generation time are computed whole by every lane, in registers. The same source
+compiles with nvcc and, under the emulator (include/seastar_cuda_emu.h), with g++.
+"""
+from __future__ import annotations
+
+import math
+
+from ..ir.program import strides
+from .dialect import COMPUTE_TYPE, BlockLayout, Dialect, ElementLoop
+
+THREADS = 256  # threads per block
+SLOTS = 4  # register accumulators per lane in a blocked loop
+REPLICATE_LIMIT = 4  # elements of a value every lane computes whole
+SHARED_DEFAULT = 48 * 1024  # bytes of dynamic shared memory a block gets without opting in
+SHARED_LIMIT = 227 * 1024  # the most a block can opt into on sm_90
+
+STORAGE = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16"}
+C_TYPES = {"float32": "float", "float64": "double"}
+FLOAT_MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "fabs": "fabsf", "tanh": "tanhf", "expm1": "expm1f",
+              "pow": "powf", "erf": "erff"}
+
+
+class CudaDialect(Dialect):
+    name = "cuda"
+    file_suffix = ".cu"
+
+    def preamble(self, dtype: str) -> str:
+        return '#include <algorithm>\n#include <cstdint>\n#include "seastar_cuda.h"\n'
+
+    def types(self, dtype: str) -> list[str]:
+        return [f"typedef {STORAGE[dtype]} scalar_t;", f"typedef {C_TYPES[COMPUTE_TYPE[dtype]]} acc_t;"]
+
+    def load(self, expr: str, dtype: str) -> str:
+        return {"float16": f"__half2float({expr})", "bfloat16": f"__bfloat162float({expr})"}.get(dtype, expr)
+
+    def store(self, expr: str, dtype: str) -> str:
+        return {"float16": f"__float2half_rn({expr})", "bfloat16": f"__float2bfloat16_rn({expr})"}.get(dtype, expr)
+
+    def math(self, function: str, dtype: str) -> str:
+        return FLOAT_MATH[function] if COMPUTE_TYPE[dtype] == "float32" else function
+
+    def literal(self, value: float, dtype: str) -> str:
+        # bit patterns: device code has no INFINITY it can rely on
+        if math.isnan(value):
+            return "(acc_t)__int_as_float(0x7fffffff)"
+        if math.isinf(value):
+            return f"(acc_t)__int_as_float({'0x7f800000' if value > 0 else '(int)0xff800000'})"
+        return f"(acc_t){value!r}"
+
+    def kernel_open(self, name: str, params: str) -> list[str]:
+        return [f"__global__ void __launch_bounds__({THREADS}) {name}(const {params} p) {{"]
+
+    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool) -> list[str]:
+        lines = ["const int lanes = p.lanes;  // threads per row: a power of two up to 32",
+                 "const int lane = threadIdx.x & (lanes - 1);",
+                 "const unsigned group_mask = lanes == 32 ? 0xffffffffu",
+                 "                            : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));",
+                 "const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);",
+                 "(void)lane; (void)group_mask;"]
+        if uses_scratch:
+            lines += ["SEASTAR_DYNAMIC_SHARED(acc_t, shared);",
+                      "acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;"]
+        return lines + [
+            f"for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < {n_rows}; "
+            "rr += groups) {",
+            f"  const int64_t r = {order} != nullptr ? {order}[rr] : rr;"]
+
+    def row_loop_close(self) -> list[str]:
+        # the group is done with this row's scratch before the next row overwrites it
+        return ["  __syncwarp(group_mask);", "}"]
+
+    def replicated(self, size) -> bool:
+        return isinstance(size, int) and size <= REPLICATE_LIMIT
+
+    def on_stack(self, size, replicated: bool) -> bool:
+        return replicated
+
+    def declare(self, name: str, size, replicated: bool, offset: str | None) -> str:
+        if replicated:
+            return f"acc_t {name}[{size}];"
+        return f"acc_t* __restrict__ {name} = scratch + {offset};"
+
+    def element_loop(self, shape, size, replicated: bool) -> ElementLoop:
+        if replicated:  # every lane, every element: plain nested loops
+            coords = [f"i{d}" for d in range(len(shape))]
+            header = " ".join(f"for (int64_t {v} = 0; {v} < {n}; ++{v})"
+                              for v, n in zip(coords, shape, strict=True) if n != 1)
+            return ElementLoop(tuple(shape), [header + " {"] if header else ["{"], ["}"], coords)
+        coords, declarations = [], {}
+        non_unit = [d for d, n in enumerate(shape) if n != 1]
+        for d, (extent, stride) in enumerate(zip(shape, strides(shape), strict=True)):
+            if extent == 1:
+                coords.append("0")
+                continue
+            quotient = "f" if stride == 1 else f"(f / ({stride}))"
+            coordinate = quotient if d == non_unit[0] else f"({quotient} % ({extent}))"
+            declarations[f"i{d}"] = f"const int64_t i{d} = {coordinate};"
+            coords.append(f"i{d}")
+        return ElementLoop(tuple(shape), [f"for (int64_t f = lane; f < {size}; f += lanes) {{"], ["}"], coords,
+                           flat="f", declarations=declarations)
+
+    def sync(self) -> list[str]:
+        return ["__syncwarp(group_mask);"]
+
+    def block_layout(self, size: str) -> BlockLayout:
+        return BlockLayout(f"((int64_t)lanes * {SLOTS})", SLOTS, [(None, str(SLOTS), None)],
+                           ["#pragma unroll", "for (int k = 0; k < WIDTH; ++k) {",
+                            "  const int64_t f = f0 + lane + (int64_t)lanes * k;", "  if (f < SIZE) {"],
+                           ["  }", "}"], "f")
+
+    def run_kernels(self, kernels: list, params: str) -> list[str]:
+        lines = ["cudaStream_t st = (cudaStream_t)stream;"]
+        for name, n_rows, scratch, widest in kernels:
+            lines += [
+                "{",
+                f"  const int64_t widest = {widest};",
+                "  int lanes = 1;",
+                "  while (lanes < 32 && lanes < widest) lanes *= 2;",
+                "  p.lanes = lanes;",
+                f"  p.scratch_per_row = {scratch};",
+                f"  const int64_t groups_per_block = {THREADS} / lanes;",
+                "  const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);",
+                f"  if (shared > {SHARED_LIMIT})",
+                "    return seastar_fail(-2, \"a row's values need more shared memory than a GPU block has; project the"
+                " features to fewer channels before the program\");",
+                f"  if (shared > {SHARED_DEFAULT}) cudaFuncSetAttribute({name}, "
+                "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);",
+                f"  const int64_t rows = {n_rows};",
+                "  if (rows > 0) {",
+                "    const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, "
+                "1 << 20);",
+                f"    SEASTAR_LAUNCH({name}, (unsigned)blocks, {THREADS}, (size_t)shared, st)(p);",
+                "    const cudaError_t err = cudaGetLastError();",
+                "    if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));",
+                "  }",
+                "}"]
+        return lines + ["return 0;"]

@@ -1,0 +1,301 @@
+#include <algorithm>
+#include <cstdint>
+#include "seastar_cuda.h"
+
+namespace seastar___SEASTAR_PREFIX__ {
+typedef float scalar_t;
+typedef float acc_t;
+
+static const char* last_error = "";
+static int seastar_fail(int code, const char* message) { last_error = message; return code; }
+
+struct forward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[4];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+  // dst rows, 1 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:w@edge
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:y@dst
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
+  (void)b0; (void)b1; (void)b2; (void)b3;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v3 = b2 + r * 6;
+    acc_t* __restrict__ v5 = scratch + 0;
+    for (int64_t f0 = 0; f0 < 6; f0 += ((int64_t)lanes * 4)) {
+        acc_t acc5[4]; for (int k = 0; k < 4; ++k) acc5[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + eid * 6;
+          const scalar_t* v1 = b1 + nbr * 6;
+          #pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int64_t f = f0 + lane + (int64_t)lanes * k;
+            if (f < 6) {
+              const acc_t e2 = (v0[f] * v1[f]);
+              const acc_t e4 = (e2 + v3[f]);
+              acc5[k] += e4;
+            }
+          }
+        }
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 6) {
+            v5[f] = acc5[k];
+          }
+        }
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < 6; f += lanes) {
+      b3[r * 6 + f] = v5[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[2] * 6) return 1;  // feature:w@edge [6]
+  if (numels[1] != sizes[0] * 6) return 2;  // feature:x@src [6]
+  if (numels[2] != sizes[1] * 6) return 3;  // feature:y@dst [6]
+  if (numels[3] != sizes[1] * 6) return 4;  // output:out0@dst [6]
+  forward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 4; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  cudaStream_t st = (cudaStream_t)stream;
+  {
+    const int64_t widest = 6;
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (6);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_dst;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  return 0;
+}
+
+struct backward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[6];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+  // dst rows, 1 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:w@edge
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
+  scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
+  scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v0 = b0 + r * 6;
+    acc_t* __restrict__ v1 = scratch + 0;
+    for (int64_t f = lane; f < 6; f += lanes) {
+      v1[f] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      for (int64_t f = lane; f < 6; f += lanes) {
+        v1[f] += v0[f];
+      }
+      const scalar_t* v2 = b1 + nbr * 6;
+      acc_t* __restrict__ v3 = scratch + (6);
+      for (int64_t f = lane; f < 6; f += lanes) {
+        v3[f] = (v0[f] * v2[f]);
+      }
+      __syncwarp(group_mask);
+      for (int64_t f = lane; f < 6; f += lanes) {
+        b3[eid * 6 + f] = v3[f];
+      }
+      __syncwarp(group_mask);
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < 6; f += lanes) {
+      b5[r * 6 + f] = v1[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t* __restrict__ indptr = p.graph[3];
+  const int64_t* __restrict__ nbrs = p.graph[4];
+  const int64_t* __restrict__ eids = p.graph[5];
+  const int64_t* __restrict__ order = p.graph[7];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:w@edge
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
+  scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
+  scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    acc_t* __restrict__ v6 = scratch + 0;
+    for (int64_t f0 = 0; f0 < 6; f0 += ((int64_t)lanes * 4)) {
+        acc_t acc6[4]; for (int k = 0; k < 4; ++k) acc6[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 6;
+          const scalar_t* v4 = b2 + eid * 6;
+          #pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int64_t f = f0 + lane + (int64_t)lanes * k;
+            if (f < 6) {
+              const acc_t e5 = (v0[f] * v4[f]);
+              acc6[k] += e5;
+            }
+          }
+        }
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 6) {
+            v6[f] = acc6[k];
+          }
+        }
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < 6; f += lanes) {
+      b4[r * 6 + f] = v6[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[1] * 6) return 1;  // adjoint:out0@dst [6]
+  if (numels[1] != sizes[0] * 6) return 2;  // feature:x@src [6]
+  if (numels[2] != sizes[2] * 6) return 3;  // feature:w@edge [6]
+  if (numels[3] != sizes[2] * 6) return 4;  // gradient:w@edge [6]
+  if (numels[4] != sizes[0] * 6) return 5;  // gradient:x@src [6]
+  if (numels[5] != sizes[1] * 6) return 6;  // gradient:y@dst [6]
+  backward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 6; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  cudaStream_t st = (cudaStream_t)stream;
+  {
+    const int64_t widest = 6;
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (6) + (6);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_dst;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  {
+    const int64_t widest = 6;
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (6);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_src;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  return 0;
+}
+
+extern "C" const char* seastar___SEASTAR_PREFIX__last_error() { return last_error; }
+
+}  // namespace seastar___SEASTAR_PREFIX__

@@ -1,0 +1,603 @@
+#include <algorithm>
+#include <cstdint>
+#include "seastar_cuda.h"
+
+namespace seastar___SEASTAR_PREFIX__ {
+typedef float scalar_t;
+typedef float acc_t;
+
+static const char* last_error = "";
+static int seastar_fail(int code, const char* message) { last_error = message; return code; }
+
+struct forward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[6];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+  // dst rows, 3 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:el@src
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:er@dst
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v1 = b1 + r * 4;
+    acc_t* __restrict__ v4 = scratch + 0;
+    for (int64_t f0 = 0; f0 < 4; f0 += ((int64_t)lanes * 4)) {
+        acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 4;
+          #pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int64_t f = f0 + lane + (int64_t)lanes * k;
+            if (f < 4) {
+              const acc_t e2 = (v0[f] + v1[f]);
+              const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+              acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
+            }
+          }
+        }
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 4) {
+            v4[f] = acc4[k];
+          }
+        }
+    }
+    if (begin == end) {
+      for (int64_t f = lane; f < 4; f += lanes) {
+        v4[f] = 0;
+      }
+    }
+    __syncwarp(group_mask);
+    acc_t v5[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v5[i0] = (-v4[i0]);
+    }
+    acc_t* __restrict__ v8 = scratch + (4);
+    for (int64_t f0 = 0; f0 < 4; f0 += ((int64_t)lanes * 4)) {
+        acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 4;
+          #pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int64_t f = f0 + lane + (int64_t)lanes * k;
+            if (f < 4) {
+              const acc_t e2 = (v0[f] + v1[f]);
+              const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+              const acc_t e6 = (e3 + v5[f]);
+              const acc_t e7 = expf(e6);
+              acc8[k] += e7;
+            }
+          }
+        }
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 4) {
+            v8[f] = acc8[k];
+          }
+        }
+    }
+    __syncwarp(group_mask);
+    acc_t v9[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v9[i0] = ((acc_t)1 / v8[i0]);
+    }
+    acc_t* __restrict__ v13 = scratch + (4) + (4);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v13[f] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 4;
+      acc_t v2[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v2[i0] = (v0[i0] + v1[i0]);
+      }
+      acc_t v3[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v3[i0] = (v2[i0] > 0 ? v2[i0] : v2[i0] * (acc_t)0.2);
+      }
+      acc_t v6[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v6[i0] = (v3[i0] + v5[i0]);
+      }
+      acc_t v7[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v7[i0] = expf(v6[i0]);
+      }
+      acc_t v10[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v10[i0] = (v7[i0] * v9[i0]);
+      }
+      const scalar_t* v11 = b2 + nbr * 32;
+      acc_t* __restrict__ v12 = scratch + (4) + (4) + (32);
+      for (int64_t f = lane; f < 32; f += lanes) {
+        const int64_t i0 = (f / (8));
+        v12[f] = (v10[i0] * v11[f]);
+      }
+      __syncwarp(group_mask);
+      for (int64_t f = lane; f < 32; f += lanes) {
+        v13[f] += v12[f];
+      }
+      __syncwarp(group_mask);
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      b3[r * 32 + f] = v13[f];
+    }
+    for (int64_t f = lane; f < 4; f += lanes) {
+      b4[r * 4 + f] = v4[f];
+    }
+    for (int64_t f = lane; f < 4; f += lanes) {
+      b5[r * 4 + f] = v8[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[0] * 4) return 1;  // feature:el@src [4, 1]
+  if (numels[1] != sizes[1] * 4) return 2;  // feature:er@dst [4, 1]
+  if (numels[2] != sizes[0] * 32) return 3;  // feature:h@src [4, 8]
+  if (numels[3] != sizes[1] * 32) return 4;  // output:out0@dst [4, 8]
+  if (numels[4] != sizes[1] * 4) return 5;  // saved:4@dst [4, 1]
+  if (numels[5] != sizes[1] * 4) return 6;  // saved:8@dst [4, 1]
+  forward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 6; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  cudaStream_t st = (cudaStream_t)stream;
+  {
+    const int64_t widest = std::max<int64_t>(32, 4);
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (4) + (4) + (32) + (32);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_dst;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  return 0;
+}
+
+struct backward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[10];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+  // dst rows, 2 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
+  scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v0 = b0 + r * 32;
+    const scalar_t* v4 = b3 + r * 4;
+    const acc_t* v7 = b4 + r * 4;
+    acc_t v8[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v8[i0] = (-v7[i0]);
+    }
+    acc_t v19[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v19[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v1 = b1 + nbr * 32;
+      acc_t* __restrict__ v2 = scratch + 0;
+      for (int64_t f = lane; f < 32; f += lanes) {
+        v2[f] = (v0[f] * v1[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v15[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
+        v15[i0] = total;
+      }
+      const scalar_t* v3 = b2 + nbr * 4;
+      acc_t v5[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v5[i0] = (v3[i0] + v4[i0]);
+      }
+      acc_t v6[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
+      }
+      acc_t v9[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v9[i0] = (v6[i0] + v8[i0]);
+      }
+      acc_t v10[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v10[i0] = expf(v9[i0]);
+      }
+      acc_t v18[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v18[i0] = (v15[i0] * v10[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v19[i0] += v18[i0];
+      }
+      __syncwarp(group_mask);
+    }
+    const acc_t* v11 = b5 + r * 4;
+    acc_t v12[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v12[i0] = ((acc_t)1 / v11[i0]);
+    }
+    acc_t v20[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v20[i0] = (v12[i0] * v12[i0]);
+    }
+    acc_t v21[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v21[i0] = (v19[i0] * v20[i0]);
+    }
+    acc_t v22[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v22[i0] = (-v21[i0]);
+    }
+    acc_t v32[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v32[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v1 = b1 + nbr * 32;
+      acc_t* __restrict__ v2 = scratch + 0;
+      for (int64_t f = lane; f < 32; f += lanes) {
+        v2[f] = (v0[f] * v1[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v15[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
+        v15[i0] = total;
+      }
+      acc_t v17[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v17[i0] = (v15[i0] * v12[i0]);
+      }
+      acc_t v23[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v23[i0] = (v17[i0] + v22[i0]);
+      }
+      const scalar_t* v3 = b2 + nbr * 4;
+      acc_t v5[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v5[i0] = (v3[i0] + v4[i0]);
+      }
+      acc_t v6[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
+      }
+      acc_t v9[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v9[i0] = (v6[i0] + v8[i0]);
+      }
+      acc_t v10[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v10[i0] = expf(v9[i0]);
+      }
+      acc_t v24[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v24[i0] = (v23[i0] * v10[i0]);
+      }
+      acc_t v26[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v26[i0] = (acc_t)(v5[i0] > (acc_t)0.0);
+      }
+      acc_t v29[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v29[i0] = (v26[i0] != 0 ? (acc_t)1.0 : (acc_t)0.2);
+      }
+      acc_t v30[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v30[i0] = (v24[i0] * v29[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v32[i0] += v30[i0];
+      }
+      __syncwarp(group_mask);
+    }
+    for (int64_t f = lane; f < 4; f += lanes) {
+      b7[r * 4 + f] = v32[f];
+    }
+    for (int64_t f = lane; f < 4; f += lanes) {
+      b9[r * 4 + f] = v19[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t* __restrict__ indptr = p.graph[3];
+  const int64_t* __restrict__ nbrs = p.graph[4];
+  const int64_t* __restrict__ eids = p.graph[5];
+  const int64_t* __restrict__ order = p.graph[7];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
+  scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v3 = b2 + r * 4;
+    const scalar_t* v1 = b1 + r * 32;
+    acc_t* __restrict__ v16 = scratch + 0;
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v16[f] = (acc_t)0.0;
+    }
+    acc_t v31[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v31[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 32;
+      const scalar_t* v4 = b3 + nbr * 4;
+      acc_t v5[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v5[i0] = (v3[i0] + v4[i0]);
+      }
+      acc_t v6[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
+      }
+      const acc_t* v7 = b4 + nbr * 4;
+      acc_t v8[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v8[i0] = (-v7[i0]);
+      }
+      acc_t v9[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v9[i0] = (v6[i0] + v8[i0]);
+      }
+      acc_t v10[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v10[i0] = expf(v9[i0]);
+      }
+      const acc_t* v11 = b5 + nbr * 4;
+      acc_t v12[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v12[i0] = ((acc_t)1 / v11[i0]);
+      }
+      acc_t v13[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v13[i0] = (v10[i0] * v12[i0]);
+      }
+      acc_t* __restrict__ v14 = scratch + (32);
+      for (int64_t f = lane; f < 32; f += lanes) {
+        const int64_t i0 = (f / (8));
+        v14[f] = (v0[f] * v13[i0]);
+      }
+      __syncwarp(group_mask);
+      for (int64_t f = lane; f < 32; f += lanes) {
+        v16[f] += v14[f];
+      }
+      acc_t* __restrict__ v2 = scratch + (32) + (32);
+      for (int64_t f = lane; f < 32; f += lanes) {
+        v2[f] = (v0[f] * v1[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v15[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
+        v15[i0] = total;
+      }
+      acc_t v17[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v17[i0] = (v15[i0] * v12[i0]);
+      }
+      const acc_t* v19 = b9 + nbr * 4;
+      acc_t v20[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v20[i0] = (v12[i0] * v12[i0]);
+      }
+      acc_t v21[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v21[i0] = (v19[i0] * v20[i0]);
+      }
+      acc_t v22[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v22[i0] = (-v21[i0]);
+      }
+      acc_t v23[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v23[i0] = (v17[i0] + v22[i0]);
+      }
+      acc_t v24[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v24[i0] = (v23[i0] * v10[i0]);
+      }
+      acc_t v26[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v26[i0] = (acc_t)(v5[i0] > (acc_t)0.0);
+      }
+      acc_t v29[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v29[i0] = (v26[i0] != 0 ? (acc_t)1.0 : (acc_t)0.2);
+      }
+      acc_t v30[4];
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v30[i0] = (v24[i0] * v29[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 4; ++i0) {
+        v31[i0] += v30[i0];
+      }
+      __syncwarp(group_mask);
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < 4; f += lanes) {
+      b6[r * 4 + f] = v31[f];
+    }
+    for (int64_t f = lane; f < 32; f += lanes) {
+      b8[r * 32 + f] = v16[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[1] * 32) return 1;  // adjoint:out0@dst [4, 8]
+  if (numels[1] != sizes[0] * 32) return 2;  // feature:h@src [4, 8]
+  if (numels[2] != sizes[0] * 4) return 3;  // feature:el@src [4, 1]
+  if (numels[3] != sizes[1] * 4) return 4;  // feature:er@dst [4, 1]
+  if (numels[4] != sizes[1] * 4) return 5;  // saved:4@dst [4, 1]
+  if (numels[5] != sizes[1] * 4) return 6;  // saved:8@dst [4, 1]
+  if (numels[6] != sizes[0] * 4) return 7;  // gradient:el@src [4, 1]
+  if (numels[7] != sizes[1] * 4) return 8;  // gradient:er@dst [4, 1]
+  if (numels[8] != sizes[0] * 32) return 9;  // gradient:h@src [4, 8]
+  if (numels[9] != sizes[1] * 4) return 10;  // temp:19@dst [4, 1]
+  backward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  cudaStream_t st = (cudaStream_t)stream;
+  {
+    const int64_t widest = std::max<int64_t>(32, 4);
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (32);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_dst;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  {
+    const int64_t widest = std::max<int64_t>(32, 4);
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (32) + (32) + (32);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_src;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  return 0;
+}
+
+extern "C" const char* seastar___SEASTAR_PREFIX__last_error() { return last_error; }
+
+}  // namespace seastar___SEASTAR_PREFIX__

@@ -1,0 +1,778 @@
+#include <algorithm>
+#include <cstdint>
+#include "seastar_cuda.h"
+
+namespace seastar___SEASTAR_PREFIX__ {
+typedef float scalar_t;
+typedef float acc_t;
+
+static const char* last_error = "";
+static int seastar_fail(int code, const char* message) { last_error = message; return code; }
+
+struct forward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[6];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+  // dst rows, 3 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
+  acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v1 = b1 + r * 10;
+    acc_t v4[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v4[i0] = (acc_t)__int_as_float((int)0xff800000);
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 10;
+      acc_t* __restrict__ v2 = scratch + 0;
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v2[f] = (v0[f] * v1[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v3[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
+        v3[i0] = total;
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v4[i0] = (v3[i0] > v4[i0] || v3[i0] != v3[i0]) ? v3[i0] : v4[i0];
+      }
+      __syncwarp(group_mask);
+    }
+    if (begin == end) {
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v4[i0] = 0;
+      }
+    }
+    acc_t v5[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v5[i0] = (-v4[i0]);
+    }
+    acc_t v8[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v8[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 10;
+      acc_t* __restrict__ v2 = scratch + 0;
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v2[f] = (v0[f] * v1[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v3[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
+        v3[i0] = total;
+      }
+      acc_t v6[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v6[i0] = (v3[i0] + v5[i0]);
+      }
+      acc_t v7[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v7[i0] = expf(v6[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v8[i0] += v7[i0];
+      }
+      __syncwarp(group_mask);
+    }
+    acc_t v9[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v9[i0] = ((acc_t)1 / v8[i0]);
+    }
+    acc_t* __restrict__ v13 = scratch + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v13[f] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 10;
+      acc_t* __restrict__ v2 = scratch + 0;
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v2[f] = (v0[f] * v1[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v3[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
+        v3[i0] = total;
+      }
+      acc_t v6[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v6[i0] = (v3[i0] + v5[i0]);
+      }
+      acc_t v7[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v7[i0] = expf(v6[i0]);
+      }
+      acc_t v10[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v10[i0] = (v7[i0] * v9[i0]);
+      }
+      acc_t* __restrict__ v11 = scratch + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v11[f] = ((acc_t)1 / ((acc_t)1 + expf(-v0[f])));
+      }
+      __syncwarp(group_mask);
+      acc_t* __restrict__ v12 = scratch + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        const int64_t i0 = (f / (5));
+        v12[f] = (v10[i0] * v11[f]);
+      }
+      __syncwarp(group_mask);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v13[f] += v12[f];
+      }
+      __syncwarp(group_mask);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v14 = scratch + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v14[f] = (v1[f] + v13[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v15 = scratch + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 5; f += lanes) {
+      const int64_t i0 = f;
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < 2; ++j0) total += v14[j0 * 5 + i0];
+      v15[f] = total;
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v17 = scratch + (10) + (10) + (10) + (10) + (10) + (5);
+    for (int64_t f = lane; f < 5; f += lanes) {
+      v17[f] = (v15[f] * (acc_t)0.5);
+    }
+    __syncwarp(group_mask);
+    acc_t v18[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 5; ++j1) total += v14[i0 * 5 + j1];
+      v18[i0] = total;
+    }
+    acc_t v19[1];
+    {
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < 2; ++j0) total += v18[j0];
+      v19[0] = total;
+    }
+    acc_t v20[1];
+    {
+      v20[0] = (v19[0] * (acc_t)0.5);
+    }
+    acc_t* __restrict__ v21 = scratch + (10) + (10) + (10) + (10) + (10) + (5) + (5);
+    for (int64_t f = lane; f < 5; f += lanes) {
+      v21[f] = (v17[f] + v20[0]);
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < 5; f += lanes) {
+      b2[r * 5 + f] = v21[f];
+    }
+    for (int64_t f = lane; f < 10; f += lanes) {
+      b3[r * 10 + f] = v13[f];
+    }
+    for (int64_t f = lane; f < 2; f += lanes) {
+      b4[r * 2 + f] = v4[f];
+    }
+    for (int64_t f = lane; f < 2; f += lanes) {
+      b5[r * 2 + f] = v8[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[0] * 10) return 1;  // feature:h@src [2, 5]
+  if (numels[1] != sizes[1] * 10) return 2;  // feature:g@dst [2, 5]
+  if (numels[2] != sizes[1] * 5) return 3;  // output:out0@dst [5]
+  if (numels[3] != sizes[1] * 10) return 4;  // saved:13@dst [2, 5]
+  if (numels[4] != sizes[1] * 2) return 5;  // saved:4@dst [2, 1]
+  if (numels[5] != sizes[1] * 2) return 6;  // saved:8@dst [2, 1]
+  forward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 6; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  cudaStream_t st = (cudaStream_t)stream;
+  {
+    const int64_t widest = std::max<int64_t>(std::max<int64_t>(std::max<int64_t>(1, 10), 2), 5);
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (10) + (10) + (10) + (10) + (10) + (5) + (5) + (5);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_dst;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  return 0;
+}
+
+struct backward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[9];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+  // dst rows, 2 loop(s) over their in-edges
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
+  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v0 = b0 + r * 5;
+    acc_t v1[1];
+    {
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
+      v1[0] = total;
+    }
+    const acc_t* v2 = v1;
+    acc_t v4[1];
+    {
+      v4[0] = (v2[0] * (acc_t)0.5);
+    }
+    const acc_t* v7 = v4;
+    acc_t v8[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v8[i0] = v7[0];
+    }
+    const acc_t* v9 = v8;
+    acc_t* __restrict__ v10 = scratch + 0;
+    for (int64_t f = lane; f < 10; f += lanes) {
+      const int64_t i0 = (f / (5));
+      v10[f] = v9[i0];
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v11 = scratch + (10);
+    for (int64_t f = lane; f < 5; f += lanes) {
+      v11[f] = (v0[f] * (acc_t)0.5);
+    }
+    __syncwarp(group_mask);
+    const acc_t* v12 = v11;
+    acc_t* __restrict__ v13 = scratch + (10) + (5);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      const int64_t i1 = (f % (5));
+      v13[f] = v12[i1];
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v14 = scratch + (10) + (5) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v14[f] = (v10[f] + v13[f]);
+    }
+    __syncwarp(group_mask);
+    const scalar_t* v5 = b1 + r * 10;
+    const acc_t* v20 = b4 + r * 2;
+    acc_t v21[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v21[i0] = (-v20[i0]);
+    }
+    acc_t v37[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v37[i0] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v15 = b3 + nbr * 10;
+      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
+      }
+      __syncwarp(group_mask);
+      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v17[f] = (v14[f] * v16[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v28[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
+        v28[i0] = total;
+      }
+      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v18[f] = (v15[f] * v5[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v19[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
+        v19[i0] = total;
+      }
+      acc_t v22[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v22[i0] = (v19[i0] + v21[i0]);
+      }
+      acc_t v23[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v23[i0] = expf(v22[i0]);
+      }
+      acc_t v36[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v36[i0] = (v28[i0] * v23[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v37[i0] += v36[i0];
+      }
+      __syncwarp(group_mask);
+    }
+    const acc_t* v24 = b5 + r * 2;
+    acc_t v25[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v25[i0] = ((acc_t)1 / v24[i0]);
+    }
+    acc_t v38[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v38[i0] = (v25[i0] * v25[i0]);
+    }
+    acc_t v39[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v39[i0] = (v37[i0] * v38[i0]);
+    }
+    acc_t v40[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v40[i0] = (-v39[i0]);
+    }
+    acc_t* __restrict__ v48 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v48[f] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v15 = b3 + nbr * 10;
+      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
+      }
+      __syncwarp(group_mask);
+      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v17[f] = (v14[f] * v16[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v28[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
+        v28[i0] = total;
+      }
+      acc_t v35[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v35[i0] = (v28[i0] * v25[i0]);
+      }
+      acc_t v41[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v41[i0] = (v35[i0] + v40[i0]);
+      }
+      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v18[f] = (v15[f] * v5[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v19[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
+        v19[i0] = total;
+      }
+      acc_t v22[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v22[i0] = (v19[i0] + v21[i0]);
+      }
+      acc_t v23[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v23[i0] = expf(v22[i0]);
+      }
+      acc_t v42[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v42[i0] = (v41[i0] * v23[i0]);
+      }
+      acc_t* __restrict__ v43 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        const int64_t i0 = (f / (5));
+        v43[f] = v42[i0];
+      }
+      __syncwarp(group_mask);
+      acc_t* __restrict__ v45 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v45[f] = (v43[f] * v15[f]);
+      }
+      __syncwarp(group_mask);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v48[f] += v45[f];
+      }
+      __syncwarp(group_mask);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v49 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v49[f] = (v14[f] + v48[f]);
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      b7[r * 10 + f] = v49[f];
+    }
+    for (int64_t f = lane; f < 2; f += lanes) {
+      b8[r * 2 + f] = v37[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t* __restrict__ indptr = p.graph[3];
+  const int64_t* __restrict__ nbrs = p.graph[4];
+  const int64_t* __restrict__ eids = p.graph[5];
+  const int64_t* __restrict__ order = p.graph[7];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
+  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
+  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
+  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
+  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v15 = b3 + r * 10;
+    acc_t* __restrict__ v16 = scratch + 0;
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v29 = scratch + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v29[f] = (acc_t)0.0;
+    }
+    acc_t* __restrict__ v46 = scratch + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v46[f] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 5;
+      acc_t v1[1];
+      {
+        acc_t total = 0;
+        for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
+        v1[0] = total;
+      }
+      const acc_t* v2 = v1;
+      acc_t v4[1];
+      {
+        v4[0] = (v2[0] * (acc_t)0.5);
+      }
+      const acc_t* v7 = v4;
+      acc_t v8[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v8[i0] = v7[0];
+      }
+      const acc_t* v9 = v8;
+      acc_t* __restrict__ v10 = scratch + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        const int64_t i0 = (f / (5));
+        v10[f] = v9[i0];
+      }
+      __syncwarp(group_mask);
+      acc_t* __restrict__ v11 = scratch + (10) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 5; f += lanes) {
+        v11[f] = (v0[f] * (acc_t)0.5);
+      }
+      __syncwarp(group_mask);
+      const acc_t* v12 = v11;
+      acc_t* __restrict__ v13 = scratch + (10) + (10) + (10) + (10) + (5);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        const int64_t i1 = (f % (5));
+        v13[f] = v12[i1];
+      }
+      __syncwarp(group_mask);
+      acc_t* __restrict__ v14 = scratch + (10) + (10) + (10) + (10) + (5) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v14[f] = (v10[f] + v13[f]);
+      }
+      __syncwarp(group_mask);
+      const scalar_t* v5 = b1 + nbr * 10;
+      acc_t* __restrict__ v18 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v18[f] = (v15[f] * v5[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v19[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
+        v19[i0] = total;
+      }
+      const acc_t* v20 = b4 + nbr * 2;
+      acc_t v21[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v21[i0] = (-v20[i0]);
+      }
+      acc_t v22[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v22[i0] = (v19[i0] + v21[i0]);
+      }
+      acc_t v23[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v23[i0] = expf(v22[i0]);
+      }
+      const acc_t* v24 = b5 + nbr * 2;
+      acc_t v25[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v25[i0] = ((acc_t)1 / v24[i0]);
+      }
+      acc_t v26[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v26[i0] = (v23[i0] * v25[i0]);
+      }
+      acc_t* __restrict__ v27 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        const int64_t i0 = (f / (5));
+        v27[f] = (v14[f] * v26[i0]);
+      }
+      __syncwarp(group_mask);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v29[f] += v27[f];
+      }
+      acc_t* __restrict__ v17 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v17[f] = (v14[f] * v16[f]);
+      }
+      __syncwarp(group_mask);
+      acc_t v28[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        acc_t total = 0;
+        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
+        v28[i0] = total;
+      }
+      acc_t v35[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v35[i0] = (v28[i0] * v25[i0]);
+      }
+      const acc_t* v37 = b8 + nbr * 2;
+      acc_t v38[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v38[i0] = (v25[i0] * v25[i0]);
+      }
+      acc_t v39[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v39[i0] = (v37[i0] * v38[i0]);
+      }
+      acc_t v40[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v40[i0] = (-v39[i0]);
+      }
+      acc_t v41[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v41[i0] = (v35[i0] + v40[i0]);
+      }
+      acc_t v42[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v42[i0] = (v41[i0] * v23[i0]);
+      }
+      acc_t* __restrict__ v43 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        const int64_t i0 = (f / (5));
+        v43[f] = v42[i0];
+      }
+      __syncwarp(group_mask);
+      acc_t* __restrict__ v44 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v44[f] = (v43[f] * v5[f]);
+      }
+      __syncwarp(group_mask);
+      for (int64_t f = lane; f < 10; f += lanes) {
+        v46[f] += v44[f];
+      }
+      __syncwarp(group_mask);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v31 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v31[f] = (-v16[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v32 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v32[f] = ((acc_t)1.0 + v31[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v33 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v33[f] = (v16[f] * v32[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v34 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v34[f] = (v29[f] * v33[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v47 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v47[f] = (v34[f] + v46[f]);
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      b6[r * 10 + f] = v47[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  if (numels[0] != sizes[1] * 5) return 1;  // adjoint:out0@dst [5]
+  if (numels[1] != sizes[1] * 10) return 2;  // feature:g@dst [2, 5]
+  if (numels[2] != sizes[1] * 10) return 3;  // saved:13@dst [2, 5]
+  if (numels[3] != sizes[0] * 10) return 4;  // feature:h@src [2, 5]
+  if (numels[4] != sizes[1] * 2) return 5;  // saved:4@dst [2, 1]
+  if (numels[5] != sizes[1] * 2) return 6;  // saved:8@dst [2, 1]
+  if (numels[6] != sizes[0] * 10) return 7;  // gradient:h@src [2, 5]
+  if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
+  if (numels[8] != sizes[1] * 2) return 9;  // temp:37@dst [2, 1]
+  backward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 9; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  cudaStream_t st = (cudaStream_t)stream;
+  {
+    const int64_t widest = std::max<int64_t>(std::max<int64_t>(std::max<int64_t>(1, 10), 2), 5);
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_dst;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  {
+    const int64_t widest = std::max<int64_t>(std::max<int64_t>(std::max<int64_t>(1, 10), 2), 5);
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_src;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  return 0;
+}
+
+extern "C" const char* seastar___SEASTAR_PREFIX__last_error() { return last_error; }
+
+}  // namespace seastar___SEASTAR_PREFIX__

@@ -1,0 +1,237 @@
+#include <algorithm>
+#include <cstdint>
+#include "seastar_cuda.h"
+
+namespace seastar___SEASTAR_PREFIX__ {
+typedef float scalar_t;
+typedef float acc_t;
+
+static const char* last_error = "";
+static int seastar_fail(int code, const char* message) { last_error = message; return code; }
+
+struct forward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[3];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+  // dst rows, 1 loop(s) over their in-edges
+  const int64_t s0 = p.dims[0]; (void)s0;
+  const int64_t* __restrict__ indptr = p.graph[0];
+  const int64_t* __restrict__ nbrs = p.graph[1];
+  const int64_t* __restrict__ eids = p.graph[2];
+  const int64_t* __restrict__ order = p.graph[6];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
+  (void)b0; (void)b1; (void)b2;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    acc_t* __restrict__ v3 = scratch + 0;
+    for (int64_t f = lane; f < s0; f += lanes) {
+      v3[f] = (acc_t)0.0;
+    }
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * s0;
+      const scalar_t* v1 = b1 + nbr * 1;
+      acc_t* __restrict__ v2 = scratch + (s0);
+      for (int64_t f = lane; f < s0; f += lanes) {
+        v2[f] = (v0[f] * v1[0]);
+      }
+      __syncwarp(group_mask);
+      for (int64_t f = lane; f < s0; f += lanes) {
+        v3[f] += v2[f];
+      }
+      __syncwarp(group_mask);
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < s0; f += lanes) {
+      b2[r * s0 + f] = v3[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  const int64_t s0 = dims[0]; (void)s0;
+  if (numels[0] != sizes[0] * s0) return 1;  // feature:h@src ['s0']
+  if (numels[1] != sizes[0] * 1) return 2;  // feature:norm@src [1]
+  if (numels[2] != sizes[1] * s0) return 3;  // output:out0@dst ['s0']
+  forward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 1; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 3; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  cudaStream_t st = (cudaStream_t)stream;
+  {
+    const int64_t widest = s0;
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (s0) + (s0);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_dst;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  return 0;
+}
+
+struct backward_params {
+  int64_t num_src, num_dst, num_edges;
+  int64_t dims[1];
+  const int64_t* graph[8];
+  void* buffers[5];
+  acc_t* scratch;  // the CPU's per-thread rows of scratch
+  int64_t scratch_per_row;  // elements of scratch one row uses
+  int num_threads;
+  int lanes;  // threads per row
+};
+
+__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t s0 = p.dims[0]; (void)s0;
+  const int64_t* __restrict__ indptr = p.graph[3];
+  const int64_t* __restrict__ nbrs = p.graph[4];
+  const int64_t* __restrict__ eids = p.graph[5];
+  const int64_t* __restrict__ order = p.graph[7];
+  (void)order;
+  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
+  scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
+  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4;
+  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const int lane = threadIdx.x & (lanes - 1);
+  const unsigned group_mask = lanes == 32 ? 0xffffffffu
+                              : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
+  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  (void)lane; (void)group_mask;
+  SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
+    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    acc_t* __restrict__ v1 = scratch + 0;
+    for (int64_t f0 = 0; f0 < s0; f0 += ((int64_t)lanes * 4)) {
+        acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * s0;
+          #pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int64_t f = f0 + lane + (int64_t)lanes * k;
+            if (f < s0) {
+              acc1[k] += v0[f];
+            }
+          }
+        }
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < s0) {
+            v1[f] = acc1[k];
+          }
+        }
+    }
+    __syncwarp(group_mask);
+    const scalar_t* v2 = b1 + r * 1;
+    acc_t* __restrict__ v3 = scratch + (s0);
+    for (int64_t f = lane; f < s0; f += lanes) {
+      v3[f] = (v1[f] * v2[0]);
+    }
+    __syncwarp(group_mask);
+    for (int64_t f = lane; f < s0; f += lanes) {
+      b3[r * s0 + f] = v3[f];
+    }
+    const scalar_t* v4 = b2 + r * s0;
+    acc_t* __restrict__ v5 = scratch + (s0) + (s0);
+    for (int64_t f = lane; f < s0; f += lanes) {
+      v5[f] = (v1[f] * v4[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t v6[1];
+    {
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < s0; ++j0) total += v5[j0];
+      v6[0] = total;
+    }
+    for (int64_t f = lane; f < 1; f += lanes) {
+      b4[r * 1 + f] = v6[f];
+    }
+    __syncwarp(group_mask);
+  }
+}
+
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+  const int64_t s0 = dims[0]; (void)s0;
+  if (numels[0] != sizes[1] * s0) return 1;  // adjoint:out0@dst ['s0']
+  if (numels[1] != sizes[0] * 1) return 2;  // feature:norm@src [1]
+  if (numels[2] != sizes[0] * s0) return 3;  // feature:h@src ['s0']
+  if (numels[3] != sizes[0] * s0) return 4;  // gradient:h@src ['s0']
+  if (numels[4] != sizes[0] * 1) return 5;  // gradient:norm@src [1]
+  backward_params p;
+  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
+  for (int k = 0; k < 1; ++k) p.dims[k] = dims[k];
+  for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  for (int k = 0; k < 5; ++k) p.buffers[k] = buffers[k];
+  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
+  (void)stream;
+  cudaStream_t st = (cudaStream_t)stream;
+  {
+    const int64_t widest = std::max<int64_t>(1, s0);
+    int lanes = 1;
+    while (lanes < 32 && lanes < widest) lanes *= 2;
+    p.lanes = lanes;
+    p.scratch_per_row = (s0) + (s0) + (s0);
+    const int64_t groups_per_block = 256 / lanes;
+    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
+    if (shared > 232448)
+      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
+    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t rows = p.num_src;
+    if (rows > 0) {
+      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+    }
+  }
+  return 0;
+}
+
+extern "C" const char* seastar___SEASTAR_PREFIX__last_error() { return last_error; }
+
+}  // namespace seastar___SEASTAR_PREFIX__

@@ -1,0 +1,156 @@
+"""The CUDA dialect without a GPU: the generated CUDA source runs on the CPU under the emulator
+(seastar_layers/codegen/include/seastar_cuda_emu.h) and must match the per-vertex oracle, forward
+and backward; the same source compiles with nvcc for sm_80 and sm_90.
+
+Run a single case under another emulator schedule with SEASTAR_EMU_SEED=<n>.
+"""
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import assert_close, grads, oracle, random_graph
+from test_language import CASES, N, check_against_oracle
+
+import seastar_layers as sl
+from seastar_layers.nn.programs import prebuilt_variants
+from seastar_layers.runtime import toolchain
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
+
+
+@pytest.mark.parametrize("fn,names", CASES, ids=[c[0].__name__ for c in CASES])
+def test_language_under_emulation(emulated, fn, names):
+    check_against_oracle(fn, names, random_graph(N, N, 80, seed=1), N, N)
+    check_against_oracle(fn, names, random_graph(N, 9, 60, seed=2), N, 9)  # bipartite
+
+
+def gat(v):
+    weights = [torch.exp(F.leaky_relu(nb.el + v.er, 0.2)) for nb in v.innbs]
+    total = sum(weights)
+    return sum(w / total * nb.h for w, nb in zip(weights, v.innbs))
+
+
+def sum_max(v):
+    return sum(nb.h * v.g for nb in v.innbs), max(nb.h for nb in v.innbs)
+
+
+def per_head_dot(v):  # a reduction over features per edge: lanes read each other's elements
+    scores = [(nb.h * v.g).sum(-1, keepdim=True) for nb in v.innbs]
+    return sum(torch.sigmoid(s) * nb.h for s, nb in zip(scores, v.innbs))
+
+
+def hub_graph(n: int, seed: int) -> torch.Tensor:
+    """Random edges, destinations without in-edges, and one hub (vertex 0) with 4n in-edges."""
+    gen = torch.Generator().manual_seed(seed)
+    hub_src = torch.randint(0, n, (4 * n,), generator=gen)
+    edges = random_graph(n, n, 3 * n, seed=seed)
+    return torch.cat([edges, torch.stack([hub_src, torch.zeros_like(hub_src)])], dim=1)
+
+
+@pytest.mark.parametrize("width", [1, 7, 48, 300])
+@pytest.mark.parametrize("fn", [gat, sum_max, per_head_dot], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("generic", [False, True], ids=["exact", "generic"])
+def test_odd_widths_hubs_and_empty_rows(emulated, fn, width, generic):
+    n = 40
+    ei = hub_graph(n, seed=width)
+    gen = torch.Generator().manual_seed(width)
+    heads = 3 if width != 300 else 1
+
+    def r(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64).requires_grad_()
+
+    feats = {"el": r(n, heads, 1), "er": r(n, heads, 1), "h": r(n, heads, width), "g": r(n, heads, width)}
+    used = {k: feats[k] for k in {"gat": ("el", "er", "h")}.get(fn.__name__, ("h", "g"))}
+    out = sl.compile(fn, generic_shapes=generic)(ei, **used)
+    expected = oracle(fn, ei, n, out, **used)
+    assert_close(out, expected)
+    assert_close(grads(out, list(used.values())), grads(expected, list(used.values())))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_schedules_of_the_emulator(emulated, monkeypatch, seed):
+    """Other block and thread orders: a missing sync would show up as a wrong result for some seed."""
+    monkeypatch.setenv("SEASTAR_EMU_SEED", str(seed))
+    check_against_oracle(per_head_dot, ["h", "g"], random_graph(N, N, 80, seed=seed), N, N)
+
+
+HALF_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda-emulation"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_half_precision_accumulates_in_float32(monkeypatch, backend, dtype):
+    if backend == "cuda-emulation":
+        monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
+    n = 30
+    ei = hub_graph(n, seed=5)
+    gen = torch.Generator().manual_seed(5)
+    feats = {"el": torch.randn(n, 2, 1, generator=gen), "er": torch.randn(n, 2, 1, generator=gen),
+             "h": torch.randn(n, 2, 7, generator=gen)}
+    half = {k: v.to(dtype).requires_grad_() for k, v in feats.items()}
+    out = sl.compile(gat)(ei, **half)
+    assert out.dtype == dtype
+    wide = {k: v.detach().double().requires_grad_() for k, v in half.items()}  # the same (rounded) inputs
+    expected = oracle(gat, ei, n, out.double(), **wide)
+    tol = HALF_TOLERANCE[dtype]
+    torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol)
+    projection = torch.randn(out.shape, generator=gen, dtype=torch.float64)  # one loss for both
+    got = torch.autograd.grad((out * projection.to(dtype)).sum(), list(half.values()))
+    want = torch.autograd.grad((expected * projection).sum(), list(wide.values()))
+    for g_half, g_wide in zip(got, want):
+        assert g_half.dtype == dtype
+        torch.testing.assert_close(g_half.double(), g_wide, atol=tol * 4, rtol=tol * 4)
+
+
+# --- nvcc: every generated kernel compiles for the GPUs we build for ----------------------------
+NVCC = shutil.which(toolchain.config.nvcc())
+
+
+def layer_and_language_sources() -> list[str]:
+    sources = []
+    for program, features in prebuilt_variants():
+        sources.append(program.source("cuda", **features))
+    from test_language import features as language_features
+
+    feats = language_features(torch.float32, N, N, 80)
+    for fn, names in CASES:
+        sources.append(sl.compile(fn).source("cuda", **{k: feats[k] for k in names}))
+    return sources
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")
+def test_every_generated_kernel_compiles_with_nvcc(tmp_path):
+    """The layers' prebuilt variants and the language tests' programs, for sm_80 and sm_90: ptxas
+    errors fail; registers and spills are reported (pytest -s shows them)."""
+    sources = layer_and_language_sources()
+    units = []
+    for part in range(0, len(sources), 30):
+        unit = tmp_path / f"unit{part}.cu"
+        unit.write_text("\n".join(sources[part:part + 30]))
+        units.append(unit)
+
+    def compile_unit(unit):
+        cmd = [NVCC, "-c", "-std=c++17", "--fmad=false", "-Xptxas", "-v", *toolchain.gencode("80"),
+               *toolchain.gencode("90"), f"-I{toolchain.INCLUDE_DIR}", str(unit), "-o", str(unit.with_suffix(".o"))]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(compile_unit, units))
+    stats = {"80": [], "90": []}
+    for result in results:
+        assert result.returncode == 0, result.stderr[-4000:]
+        for arch, spill, registers in re.findall(r"for 'sm_(\d+)'.*?(\d+) bytes spill stores.*?Used (\d+) registers",
+                                                 result.stderr, flags=re.S):
+            stats[arch].append((int(spill), int(registers)))
+    kernels = sum(s.count("__global__") for s in sources)
+    for arch, found in stats.items():
+        assert len(found) == kernels, f"sm_{arch}: ptxas reported {len(found)} of {kernels} kernels"
+        print(f"sm_{arch}: {kernels} kernels, {min(r for _, r in found)}-{max(r for _, r in found)} registers, "
+              f"{sum(1 for s, _ in found if s)} with spills ({sum(s for s, _ in found)} bytes of spill stores)")
