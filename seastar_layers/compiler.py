@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -119,8 +120,14 @@ class _SpecialisationCache:
         self.capacity = capacity
         self._entries: OrderedDict = OrderedDict()
         self._paths: dict = {}  # code -> paths of the environment objects its last build read
+        # held while building too: threads making the same first call wait for one build, not race it
+        self._lock = threading.RLock()
 
     def get(self, fn, specs, dtype) -> Specialisation:
+        with self._lock:
+            return self._get(fn, specs, dtype)
+
+    def _get(self, fn, specs, dtype) -> Specialisation:
         code = fn.__code__
         paths = self._paths.get(code, ())
         try:

@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -30,14 +31,16 @@ def _sizes(graph: list[Tensor]) -> tuple[int, int, int]:
 
 
 _OPS: dict[str, CompiledOp] = {}  # torch.library allows one registration per name and process
+_OPS_LOCK = threading.Lock()  # so threads making their first call at once register it once
 
 
 def make_op(key: str, lib, fwd: Schedule, bwd: Schedule, n_outputs: int, dtype: torch.dtype) -> CompiledOp:
     """The custom op for a generated program (key: a hash of its source, which prefixes its entry
     points in the library); registered once per process."""
-    if key not in _OPS:
-        _OPS[key] = _register(key, lib, fwd, bwd, n_outputs, dtype)
-    return _OPS[key]
+    with _OPS_LOCK:
+        if key not in _OPS:
+            _OPS[key] = _register(key, lib, fwd, bwd, n_outputs, dtype)
+        return _OPS[key]
 
 
 def _register(key: str, lib, fwd: Schedule, bwd: Schedule, n_outputs: int, dtype: torch.dtype) -> CompiledOp:
