@@ -1,6 +1,7 @@
 """Graph: CSR by destination (in-edges, forward sweeps) and by source (out-edges, backward sweeps)."""
 from __future__ import annotations
 
+import operator
 import weakref
 from collections import OrderedDict
 
@@ -15,13 +16,37 @@ class Graph:
     edge_index order and results are deterministic. ``num_src != num_dst`` is a bipartite graph
     (a sampled block).
 
+    Built from both layouts directly, ``Graph(in_indptr, in_src, in_eid, out_indptr, out_dst,
+    out_eid, num_src, num_dst)`` checks everything a kernel relies on (and converts int32 arrays),
+    so a wrong array raises instead of crashing the process: in-edges of destination ``d`` are
+    ``in_src[in_indptr[d]:in_indptr[d + 1]]`` with edge ids ``in_eid[...]``, out-edges of source
+    ``s`` are ``out_dst[out_indptr[s]:out_indptr[s + 1]]`` with ids ``out_eid[...]``, and both
+    layouts must list the same E edges, each id 0..E-1 once.
+
     Shapes:
         edge_index: (2, E), int32 or int64
+        in_indptr: (num_dst + 1,); out_indptr: (num_src + 1,); in_src, in_eid, out_dst, out_eid: (E,)
     """
 
     def __init__(self, in_indptr, in_src, in_eid, out_indptr, out_dst, out_eid, num_src: int, num_dst: int):
-        self.in_indptr, self.in_src, self.in_eid = in_indptr, in_src, in_eid
-        self.out_indptr, self.out_dst, self.out_eid = out_indptr, out_dst, out_eid
+        num_src, num_dst = _vertex_count("num_src", num_src), _vertex_count("num_dst", num_dst)
+        arrays = _index_arrays(dict(in_indptr=in_indptr, in_src=in_src, in_eid=in_eid, out_indptr=out_indptr,
+                                    out_dst=out_dst, out_eid=out_eid))
+        problem = _layouts_problem(*arrays, num_src, num_dst) or _same_edges_problem(*arrays)
+        if problem:
+            raise ValueError(f"sl.Graph: {problem}; build graphs from an edge_index with "
+                             "sl.Graph.from_edge_index(edge_index, size) unless you hold both layouts")
+        self._assign(arrays, num_src, num_dst)
+
+    @classmethod
+    def _from_checked(cls, arrays, num_src: int, num_dst: int) -> "Graph":
+        """For the constructors below, whose int64 arrays are right by construction or already checked."""
+        graph = cls.__new__(cls)
+        graph._assign(arrays, num_src, num_dst)
+        return graph
+
+    def _assign(self, arrays, num_src: int, num_dst: int) -> None:
+        self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid = arrays
         self.num_src, self.num_dst = num_src, num_dst
         self._degree_cache: dict[torch.dtype, torch.Tensor] = {}
 
@@ -69,8 +94,8 @@ class Graph:
                                  f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
         in_indptr, in_eid = _csr(dst, num_dst)
         out_indptr, out_eid = _csr(src, num_src)
-        return cls(in_indptr, src[in_eid].contiguous(), in_eid, out_indptr, dst[out_eid].contiguous(), out_eid,
-                   num_src, num_dst)
+        return cls._from_checked((in_indptr, src[in_eid].contiguous(), in_eid, out_indptr, dst[out_eid].contiguous(),
+                                  out_eid), num_src, num_dst)
 
     @classmethod
     def from_sorted_edge_index(cls, edge_index, size) -> Graph:
@@ -85,22 +110,23 @@ class Graph:
         arange = torch.arange(plain.shape[1], device=plain.device)
         as64 = [t.to(torch.int64).contiguous() for t in (colptr, row, col_perm if col_perm is not None else arange,
                                                          rowptr, col, row_perm if row_perm is not None else arange)]
-        return cls(*as64, num_src, num_dst)
+        return cls._from_checked(as64, num_src, num_dst)
 
     @classmethod
     def from_dgl(cls, g) -> Graph:
         """From a DGLGraph or block, with DGL's edge ids as edge ids: both layouts from DGL's own (cached)
-        CSC and CSR when they check out, else from the edge list in id order. (DGL 2.1 under a newer
-        torch has returned corrupt adjacency arrays for a block built from edges outside its
-        destinations, so nothing DGL hands over is used unchecked.)"""
+        CSC and CSR when they are safe to index, else from the edge list in id order. (DGL 2.1 under a
+        newer torch has returned corrupt adjacency arrays for a block built from edges outside its
+        destinations, so nothing DGL hands over is used unchecked. The two layouts are not compared
+        with each other, as sl.Graph(...) does: DGL derives both from one edge list, and comparing
+        costs more than the conversion.)"""
         if len(g.canonical_etypes) != 1:
             raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
                              "pass one relation at a time, e.g. g[etype]")
         num_src, num_dst, num_edges = g.num_src_nodes(), g.num_dst_nodes(), g.num_edges()
-        in_csr = _checked_csr(g.adj_tensors("csc"), num_dst, num_src, num_edges)
-        out_csr = _checked_csr(g.adj_tensors("csr"), num_src, num_dst, num_edges) if in_csr else None
-        if in_csr and out_csr:
-            return cls(*in_csr, *out_csr, num_src, num_dst)
+        arrays = [t.to(torch.int64).contiguous() for t in (*g.adj_tensors("csc"), *g.adj_tensors("csr"))]
+        if arrays[1].numel() == num_edges and not _layouts_problem(*arrays, num_src, num_dst):
+            return cls._from_checked(arrays, num_src, num_dst)
         src, dst = g.edges(order="eid")
         return cls.from_edge_index(torch.stack([src, dst]), (num_src, num_dst))
 
@@ -193,18 +219,78 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
                     f"or a seastar_layers.Graph; got {type(graph).__name__}")
 
 
+def _vertex_count(name: str, value) -> int:
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"sl.Graph: '{name}' must be an int, got {type(value).__name__}") from None
+    if n < 0:
+        raise ValueError(f"sl.Graph: '{name}' must be >= 0, got {n}")
+    return n
 
 
-def _checked_csr(arrays, rows: int, cols: int, num_edges: int):
-    """(indptr, indices, eids) as int64 if they describe `num_edges` edges over rows x cols, else None."""
-    indptr, indices, eids = (t.to(torch.int64).contiguous() for t in arrays)
-    if indptr.numel() != rows + 1 or indices.numel() != num_edges or eids.numel() != num_edges:
-        return None
-    if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges or bool((indptr[1:] < indptr[:-1]).any()):
-        return None
-    if num_edges and (int(indices.min()) < 0 or int(indices.max()) >= cols or int(eids.min()) < 0
-                      or int(eids.max()) >= num_edges):
-        return None
-    return indptr, indices, eids
+def _index_arrays(named: dict) -> list[torch.Tensor]:
+    """The arrays as contiguous int64 tensors on one device, or a TypeError/ValueError naming the one that is not."""
+    out = []
+    device = None
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"sl.Graph: '{name}' must be a 1-d torch.Tensor of int32 or int64, got {type(t).__name__}")
+        if t.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"sl.Graph: '{name}' must hold int32 or int64 indices, got {t.dtype}")
+        if t.dim() != 1:
+            raise ValueError(f"sl.Graph: '{name}' must be 1-d, got shape {tuple(t.shape)}")
+        if device is not None and t.device != device:
+            raise ValueError(f"sl.Graph: all arrays must be on one device; '{name}' is on {t.device}, "
+                             f"'{next(iter(named))}' on {device}")
+        device = t.device
+        out.append(t.to(torch.int64).contiguous())
+    return out
 
 
+def _layouts_problem(in_indptr, in_src, in_eid, out_indptr, out_dst, out_eid, num_src: int, num_dst: int):
+    """What makes the six int64 arrays something a kernel cannot safely index, or None."""
+    return (_csr_problem(("in_indptr", "in_src", "in_eid"), in_indptr, in_src, in_eid, num_dst, num_src)
+            or _csr_problem(("out_indptr", "out_dst", "out_eid"), out_indptr, out_dst, out_eid, num_src, num_dst)
+            or (f"the layouts hold different numbers of edges ({in_src.numel()} in, {out_dst.numel()} out)"
+                if in_src.numel() != out_dst.numel() else None))
+
+
+def _csr_problem(names, indptr, indices, eids, rows: int, cols: int):
+    """What makes (indptr, indices, eids) something other than a CSR over rows x cols, or None."""
+    ptr, idx, ids = names
+    num_edges = indices.numel()
+    if indptr.numel() != rows + 1:
+        return f"'{ptr}' must have {rows + 1} entries (one more than its rows), got {indptr.numel()}"
+    if eids.numel() != num_edges:
+        return f"'{ids}' must have one entry per edge ({num_edges}, the length of '{idx}'), got {eids.numel()}"
+    if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges:
+        return (f"'{ptr}' must start at 0 and end at the number of edges {num_edges}, got {int(indptr[0])} .. "
+                f"{int(indptr[-1])}")
+    if bool((indptr[1:] < indptr[:-1]).any()):
+        return f"'{ptr}' must be non-decreasing"
+    if num_edges and (int(indices.min()) < 0 or int(indices.max()) >= cols):
+        return f"'{idx}' must hold vertex indices in [0, {cols}), got {int(indices.min())} .. {int(indices.max())}"
+    if num_edges and (int(eids.min()) < 0 or int(eids.max()) >= num_edges):
+        return f"'{ids}' must hold edge ids in [0, {num_edges}), got {int(eids.min())} .. {int(eids.max())}"
+    return None
+
+
+def _same_edges_problem(in_indptr, in_src, in_eid, out_indptr, out_dst, out_eid):
+    """What makes two safe layouts disagree on the edges (each id 0..E-1 once, naming one edge), or None."""
+    num_edges = in_src.numel()
+    for name, eids in (("in_eid", in_eid), ("out_eid", out_eid)):
+        if not bool((torch.bincount(eids, minlength=num_edges) == 1).all()):
+            return f"'{name}' must hold every edge id 0..{num_edges - 1} exactly once"
+    src_by_id, dst_by_id = torch.empty_like(in_src), torch.empty_like(in_src)
+    src_by_id[in_eid], dst_by_id[in_eid] = in_src, _rows(in_indptr)
+    if not (torch.equal(src_by_id[out_eid], _rows(out_indptr)) and torch.equal(dst_by_id[out_eid], out_dst)):
+        return ("the in-edge layout (in_indptr, in_src, in_eid) and the out-edge layout (out_indptr, out_dst, "
+                "out_eid) describe different edges for the same edge ids")
+    return None
+
+
+def _rows(indptr: torch.Tensor) -> torch.Tensor:
+    """The row of every entry of a CSR."""
+    counts = indptr[1:] - indptr[:-1]
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=indptr.device), counts)

@@ -6,6 +6,7 @@ ending the run.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -90,3 +91,73 @@ def test_first_calls_from_many_processes_and_threads_all_succeed(tmp_path):
     results = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), results
     assert len(list(tmp_path.glob("*.so"))) == 1
+
+
+# ---- sl.Graph(...) checks what kernels rely on ------------------------------------------------
+
+def neighbour_sum(v):
+    return sum(nb.x for nb in v.innbs)
+
+
+def malformed_layouts():
+    """(what is wrong, the six arrays and two counts of sl.Graph(...)), each once crashed a kernel."""
+    from helpers import random_graph
+
+    good = sl.Graph.from_edge_index(random_graph(6, 6, 20), 6)
+    arrays = good.tensors()
+
+    def with_(k, t):
+        return [t if i == k else a for i, a in enumerate(arrays)]
+
+    yield "'in_indptr' must start at 0 and end", [*with_(0, arrays[0] * 2), 6, 6]
+    yield "'in_indptr' must be non-decreasing", [*with_(0, torch.tensor([0, 9, 3, 9, 9, 12, 23])), 6, 6]
+    yield "'in_indptr' must have 7 entries", [*with_(0, arrays[0][:-1]), 6, 6]
+    yield "'in_src' must hold vertex indices in \\[0, 6\\)", [*with_(1, arrays[1] + 100), 6, 6]
+    yield "'in_src' must hold vertex indices", [*with_(1, arrays[1] - 100), 6, 6]
+    yield "'in_eid' must hold edge ids in \\[0, 23\\)", [*with_(2, arrays[2] + 1000), 6, 6]
+    yield "'out_eid' must hold every edge id", [*with_(5, torch.zeros_like(arrays[5])), 6, 6]
+    yield "'out_eid' must have one entry per edge", [*with_(5, arrays[5][:3]), 6, 6]
+    yield "describe different edges", [*with_(5, arrays[5].flip(0)), 6, 6]
+    yield "describe different edges", [*with_(4, arrays[4].roll(1)), 6, 6]
+    yield "'in_src' must hold vertex indices in \\[0, 3\\)", [*arrays, 3, 6]
+    yield "'num_dst' must be >= 0", [*arrays, 6, -1]
+    yield "'num_src' must be an int", [*arrays, "6", 6]
+    yield "must hold int32 or int64", [*with_(1, arrays[1].float()), 6, 6]
+    yield "must be 1-d", [*with_(1, arrays[1][None]), 6, 6]
+    yield "'out_dst' must be a 1-d torch.Tensor", [*with_(4, arrays[4].tolist()), 6, 6]
+
+
+def test_malformed_graph_layouts_raise_clearly_in_a_subprocess():
+    result = run_isolated("""
+        import torch, seastar_layers as sl
+        from test_hostile import malformed_layouts, neighbour_sum
+        for expected, args in malformed_layouts():
+            try:
+                graph = sl.Graph(*args)
+                sl.compile(neighbour_sum)(graph, x=torch.randn(graph.num_src, 3))
+                print("ACCEPTED", expected)
+            except (TypeError, ValueError) as e:
+                print(type(e).__name__, "|", expected, "|", e)
+    """)
+    assert_clean_exit(result)
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(list(malformed_layouts())), result.stdout
+    for line in lines:
+        kind, expected, message = line.split(" | ", 2)
+        assert kind in ("TypeError", "ValueError"), line
+        assert re.search(expected, message), line
+        assert "sl.Graph" in message
+
+
+def test_graph_from_int32_layouts_is_accepted():
+    result = run_isolated("""
+        import torch, seastar_layers as sl
+        from helpers import random_graph
+        from test_hostile import neighbour_sum
+
+        reference = sl.Graph.from_edge_index(random_graph(6, 6, 20), 6)
+        graph = sl.Graph(*[t.to(torch.int32) for t in reference.tensors()], 6, 6)
+        x = torch.randn(6, 3, dtype=torch.float64)
+        torch.testing.assert_close(sl.compile(neighbour_sum)(graph, x=x), sl.compile(neighbour_sum)(reference, x=x))
+    """)
+    assert_clean_exit(result)
