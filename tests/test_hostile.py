@@ -13,6 +13,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import pytest
 import torch
 
 import seastar_layers as sl
@@ -161,3 +162,125 @@ def test_graph_from_int32_layouts_is_accepted():
         torch.testing.assert_close(sl.compile(neighbour_sum)(graph, x=x), sl.compile(neighbour_sum)(reference, x=x))
     """)
     assert_clean_exit(result)
+
+
+# ---- the graph cache is never stale, and lets freed graphs go ---------------------------------
+
+def pyg_pair(name, **kwargs):
+    import torch_geometric.nn as pyg_nn
+
+    torch.manual_seed(0)
+    ref = getattr(pyg_nn, name)(**kwargs)
+    ours = getattr(sl, name)(**kwargs)
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    return ref.eval(), ours.eval()
+
+
+LAYERS = [("GATConv", dict(in_channels=5, out_channels=3, heads=2)), ("GCNConv", dict(in_channels=5, out_channels=3)),
+          ("APPNP", dict(K=2, alpha=0.1))]
+
+
+def test_edits_that_bypass_the_version_counter_are_seen():
+    from helpers import random_graph
+
+    prog = sl.compile(neighbour_sum)
+    x = torch.randn(12, 5, dtype=torch.float64)
+    layers = [pyg_pair(name, **kwargs) for name, kwargs in LAYERS]
+    for edit in (lambda ei: ei.numpy().__setitem__((0, slice(None)), ei.numpy()[0, ::-1].copy()),
+                 lambda ei: ei.data[1].copy_(ei.data[1].roll(3))):
+        edge_index = random_graph(12, 12, 40)
+        prog(edge_index, x=x)
+        for _, ours in layers:
+            ours(x.float(), edge_index)
+        version = edge_index._version
+        edit(edge_index)
+        assert edge_index._version == version  # the edit is invisible to the version counter
+        torch.testing.assert_close(prog(edge_index, x=x), prog(edge_index.clone(), x=x))
+        for ref, ours in layers:
+            torch.testing.assert_close(ours(x.float(), edge_index), ref(x.float(), edge_index), atol=1e-5, rtol=1e-5)
+
+
+def test_dgl_edge_edits_that_keep_the_counts_are_seen():
+    import seastar_layers.dgl as sd
+
+    dgl = sd.dgl
+    g = dgl.graph((torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 3, 0])), num_nodes=4)
+    x = torch.randn(4, 3)
+    ours = sd.GraphConv(3, 2, norm="none", allow_zero_in_degree=True)
+    ref = dgl.nn.GraphConv(3, 2, norm="none", allow_zero_in_degree=True)
+    ref.load_state_dict(ours.state_dict())
+    ours(g, x)
+    g.remove_edges(torch.tensor([0]))
+    g.add_edges(torch.tensor([3]), torch.tensor([3]))
+    assert g.num_edges() == 4
+    torch.testing.assert_close(ours(g, x), ref(g, x))
+
+
+def test_freed_graphs_leave_the_cache_in_a_subprocess():
+    result = run_isolated("""
+        import gc, torch, seastar_layers as sl
+        from seastar_layers.graph import graph_cache
+
+        def rss_mb():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * 4096 / 2**20
+
+        def neighbour_sum(v):
+            return sum(nb.x for nb in v.innbs)
+
+        before = rss_mb()
+        for k in range(10):  # ten 2M-edge graphs, each about 70 MB as both CSR layouts
+            edge_index = torch.randint(0, 100_000, (2, 2_000_000), generator=torch.Generator().manual_seed(k))
+            sl.graph.as_graph(edge_index, 100_000)
+            del edge_index
+        gc.collect()
+        print("entries", len(graph_cache._entries), "growth_mb", round(rss_mb() - before))
+    """)
+    assert_clean_exit(result)
+    _, entries, _, growth = result.stdout.split()
+    assert int(entries) == 0
+    assert int(growth) < 150, result.stdout  # ten kept graphs would be about 700 MB
+
+
+def test_layers_and_programs_under_inference_mode():
+    from helpers import random_graph
+
+    x = torch.randn(12, 5)
+    for name, kwargs in LAYERS:
+        ref, ours = pyg_pair(name, **kwargs)
+        with torch.inference_mode():
+            edge_index = random_graph(12, 12, 40)
+            torch.testing.assert_close(ours(x, edge_index), ref(x, edge_index), atol=1e-5, rtol=1e-5)
+    with torch.inference_mode():
+        edge_index = random_graph(12, 12, 40)
+        out = sl.compile(neighbour_sum)(edge_index, x=x)
+    torch.testing.assert_close(out, sl.compile(neighbour_sum)(edge_index.clone(), x=x))
+
+
+def test_numpy_integer_sizes_are_accepted():
+    import numpy as np
+    from helpers import random_graph
+
+    edge_index = random_graph(6, 6, 20)
+    x = torch.randn(6, 5)
+    expected = sl.compile(neighbour_sum)(edge_index, size=(6, 6), x=x)
+    torch.testing.assert_close(sl.compile(neighbour_sum)(edge_index, size=(np.int64(6), np.int64(6)), x=x), expected)
+    torch.testing.assert_close(sl.compile(neighbour_sum)(edge_index, size=np.int32(6), x=x), expected)
+    ref, ours = pyg_pair("GATConv", in_channels=5, out_channels=3, heads=2)
+    torch.testing.assert_close(ours(x, edge_index, size=(np.int64(6), np.int64(6))),
+                               ref(x, edge_index, size=(np.int64(6), np.int64(6))))
+
+
+def test_edge_index_that_wrongly_claims_to_be_sorted():
+    from torch_geometric import EdgeIndex
+
+    edge_index = torch.tensor([[0, 1, 2, 3], [3, 2, 1, 0]])  # sorted by row, not by col
+    x = torch.randn(4, 5)
+    expected = sl.compile(neighbour_sum)(edge_index, x=x)
+    truthful = EdgeIndex(edge_index, sparse_size=(4, 4), sort_order="row")
+    torch.testing.assert_close(sl.compile(neighbour_sum)(truthful, x=x), expected)
+    lying = EdgeIndex(edge_index, sparse_size=(4, 4), sort_order="col")
+    with pytest.raises(ValueError, match="claims to be sorted by col but is not"):
+        sl.compile(neighbour_sum)(lying, x=x)
+    ref, ours = pyg_pair("GCNConv", in_channels=5, out_channels=3)  # the layers read its edges, not its caches
+    torch.testing.assert_close(ours(x, lying), ref(x, edge_index))
