@@ -70,9 +70,8 @@ class GATConv(_DGLGATConv):
         g = as_graph(graph)
         feats = {"a_src": el, "a_dst": er, "x": feat_src}
         mask = None
-        if self.training and self.attn_drop.p > 0:
-            keep = 1.0 - self.attn_drop.p
-            mask = torch.empty(g.num_edges, H, 1, dtype=el.dtype).bernoulli_(keep) / keep
+        if self.training and self.attn_drop.p > 0:  # DGL's own dropout on the attention (p=1 drops it all)
+            mask = self.attn_drop(el.new_ones(g.num_edges, H, 1))
         if edge_weight is not None:
             weight = edge_weight.reshape(g.num_edges, 1, 1).to(el.dtype)
             mask = weight.expand(g.num_edges, H, 1) if mask is None else mask * weight

@@ -284,3 +284,37 @@ def test_edge_index_that_wrongly_claims_to_be_sorted():
         sl.compile(neighbour_sum)(lying, x=x)
     ref, ours = pyg_pair("GCNConv", in_channels=5, out_channels=3)  # the layers read its edges, not its caches
     torch.testing.assert_close(ours(x, lying), ref(x, edge_index))
+
+
+# ---- layers: valid input accepted, invalid input refused clearly --------------------------------
+
+def test_gat_with_dropout_one_in_training_gives_the_bias():
+    from helpers import random_graph
+
+    import seastar_layers.dgl as sd
+
+    x, edge_index = torch.randn(12, 5), random_graph(12, 12, 40)
+    ref, ours = pyg_pair("GATConv", in_channels=5, out_channels=3, heads=2, dropout=1.0)
+    ref.train(), ours.train()
+    torch.testing.assert_close(ours(x, edge_index), ref(x, edge_index))
+    assert torch.equal(ours(x, edge_index), ours.bias.expand(12, 6))
+
+    dgl = sd.dgl
+    g = dgl.add_self_loop(dgl.graph((edge_index[0], edge_index[1]), num_nodes=12))
+    torch.manual_seed(0)
+    ref = dgl.nn.GATConv(5, 3, num_heads=2, attn_drop=1.0, bias=True)
+    ours = sd.GATConv(5, 3, num_heads=2, attn_drop=1.0, bias=True)
+    ours.load_state_dict(ref.state_dict())
+    torch.nn.init.normal_(ref.bias), ours.bias.data.copy_(ref.bias)
+    torch.testing.assert_close(ours(g, x), ref(g, x))
+
+
+def test_a_python_list_as_edge_index_says_what_is_accepted():
+    x = torch.randn(3, 5)
+    for name, kwargs in LAYERS:
+        ref, ours = pyg_pair(name, **kwargs)
+        with pytest.raises(ValueError) as pyg_error:
+            ref(x, [[0, 1], [1, 2]])
+        with pytest.raises(ValueError, match="'edge_index' must be a torch.Tensor of shape \\(2, E\\)") as our_error:
+            ours(x, [[0, 1], [1, 2]])
+        assert "list" in str(our_error.value), (str(our_error.value), str(pyg_error.value))

@@ -42,6 +42,10 @@ def _edge_list(edge_index, edge_weight=None):
 
 
 def _check_edge_index(edge_index: Tensor) -> None:
+    if not isinstance(edge_index, Tensor):
+        raise ValueError(f"'edge_index' must be a torch.Tensor of shape (2, E), an EdgeIndex, a torch.sparse "
+                         f"adjacency or a SparseTensor, got a {type(edge_index).__name__}; convert it with "
+                         "torch.tensor(edge_index)")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"'edge_index' must have shape (2, E), got {tuple(edge_index.shape)}")
 
@@ -102,9 +106,8 @@ class GATConv(_NoTemplates, pyg_nn.GATConv):
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
             e = self.lin_edge(edge_attr).view(-1, H, C)
             feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
-        if self.training and self.dropout > 0:
-            keep = 1.0 - self.dropout
-            feats["mask"] = torch.empty(graph.num_edges, H, 1, dtype=x_src.dtype).bernoulli_(keep) / keep
+        if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
+            feats["mask"] = F.dropout(x_src.new_ones(graph.num_edges, H, 1), p=self.dropout)
         slope = x_src.new_tensor(self.negative_slope)
         prog = programs.gat_attention("a_dst" in feats, "a_edge" in feats, "mask" in feats, slope)
         out = prog(graph, **feats)
