@@ -318,3 +318,42 @@ def test_a_python_list_as_edge_index_says_what_is_accepted():
         with pytest.raises(ValueError, match="'edge_index' must be a torch.Tensor of shape \\(2, E\\)") as our_error:
             ours(x, [[0, 1], [1, 2]])
         assert "list" in str(our_error.value), (str(our_error.value), str(pyg_error.value))
+
+
+# ---- a program's source edited after import -----------------------------------------------------
+
+USER_MODULE = '''
+import torch
+import torch as th
+
+
+class Model:
+    def program(self, scale):
+        def scaled_sum(v):
+            """Sums the in-neighbours' rows,
+            scaled."""
+            return sum(th.tanh(nb.x) * scale * 2 for nb in v.innbs)
+        return scaled_sum
+
+
+def untouched(v):
+    return sum(torch.exp(nb.x) for nb in v.innbs)
+'''
+
+
+def test_source_edited_after_import_is_refused(tmp_path, monkeypatch):
+    import importlib
+
+    (tmp_path / "edited_after_import.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("edited_after_import")
+    edge_index, x = torch.tensor([[0, 1], [1, 0]]), torch.randn(2, 3)
+    program = module.Model().program(0.5)
+    torch.testing.assert_close(sl.compile(program)(edge_index, x=x), torch.tanh(x.flip(0)))  # unedited: compiles
+
+    (tmp_path / "edited_after_import.py").write_text(USER_MODULE.replace("scale * 2", "scale * 3"))
+    with pytest.raises(sl.CompileError, match="scaled_sum in .*edited_after_import.py \\(line 8\\) is not the code "
+                                              "that is running: the file was edited after it was imported"):
+        sl.compile(program)(edge_index, x=x.double())  # a new specialisation reads the source again
+    # the running code of the other function still matches its (unmoved) text
+    torch.testing.assert_close(sl.compile(module.untouched)(edge_index, x=x), torch.exp(x.flip(0)))
