@@ -226,7 +226,8 @@ def _fingerprint(t: torch.Tensor) -> int:
     (2, 10M) edge_index on 2 cores, where the cheapest program over that graph takes 400 ms.
     Index arrays of a sparse layout are hashed each, then combined."""
     if t.layout != torch.strided:
-        parts = {torch.sparse_coo: lambda: [t._indices()], torch.sparse_csr: lambda: [t.crow_indices(), t.col_indices()],
+        parts = {torch.sparse_coo: lambda: [t._indices()],
+                 torch.sparse_csr: lambda: [t.crow_indices(), t.col_indices()],
                  torch.sparse_csc: lambda: [t.ccol_indices(), t.row_indices()]}[t.layout]()
         return hash(tuple(_fingerprint(p) for p in parts))
     flat = t.reshape(-1)

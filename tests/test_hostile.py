@@ -239,7 +239,8 @@ def test_freed_graphs_leave_the_cache_in_a_subprocess():
     assert_clean_exit(result)
     _, entries, _, growth = result.stdout.split()
     assert int(entries) == 0
-    assert int(growth) < 150, result.stdout  # ten kept graphs would be about 700 MB
+    # ten kept graphs measure about 940 MB; the allocator keeps some freed memory, never most of it
+    assert int(growth) < 350, result.stdout
 
 
 def test_layers_and_programs_under_inference_mode():
@@ -357,3 +358,100 @@ def test_source_edited_after_import_is_refused(tmp_path, monkeypatch):
         sl.compile(program)(edge_index, x=x.double())  # a new specialisation reads the source again
     # the running code of the other function still matches its (unmoved) text
     torch.testing.assert_close(sl.compile(module.untouched)(edge_index, x=x), torch.exp(x.flip(0)))
+
+
+# ---- the kernel cache loads nothing another user could have written ------------------------------
+
+def answer_source(value: int) -> str:
+    return f'extern "C" int answer() {{ return {value}; }}\n'
+
+
+def test_cache_directory_writable_by_others_is_refused(tmp_path, monkeypatch):
+    from seastar_layers.runtime import jit
+
+    for mode, who in ((0o777, "others"), (0o1777, "others"), (0o775, "its group")):
+        shared = tmp_path / f"shared-{mode:o}"
+        shared.mkdir()
+        shared.chmod(mode)
+        monkeypatch.setenv("SEASTAR_CACHE_DIR", str(shared))
+        with pytest.raises(PermissionError, match=f"kernel cache {shared}: it is writable by {who} .*chmod go-w"):
+            jit.load_library(answer_source(1), stem=f"shared{mode:o}")
+        assert not list(shared.iterdir())  # nothing built there, nothing loaded
+
+
+def give_to_another_user(path: Path) -> None:
+    try:
+        os.chown(path, 65534, 65534, follow_symlinks=False)  # nobody
+    except PermissionError:
+        pytest.skip("this machine cannot give a file to another user (the tests do not run as root)")
+
+
+def test_cache_directory_of_another_owner_is_refused(tmp_path, monkeypatch):
+    from seastar_layers.runtime import jit
+
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    give_to_another_user(theirs)
+    monkeypatch.setenv("SEASTAR_CACHE_DIR", str(theirs))
+    with pytest.raises(PermissionError, match="it is owned by uid 65534, not by you"):
+        jit.load_library(answer_source(2), stem="theirs")
+    mine = tmp_path / "link-to-theirs"  # a path of one's own that leads there changes nothing
+    mine.symlink_to(theirs)
+    monkeypatch.setenv("SEASTAR_CACHE_DIR", str(mine))
+    with pytest.raises(PermissionError, match="it is owned by uid 65534, not by you"):
+        jit.load_library(answer_source(2), stem="theirs")
+
+
+def test_planted_library_is_refused(tmp_path, monkeypatch):
+    """Another user's library with a matching checksum beside it, where ours would be."""
+    from seastar_layers.runtime import jit
+
+    planted = tmp_path / "planted.so"
+    (tmp_path / "planted.cpp").write_text(answer_source(666))
+    subprocess.run(["g++", "-shared", "-fPIC", str(tmp_path / "planted.cpp"), "-o", str(planted)], check=True)
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    monkeypatch.setenv("SEASTAR_CACHE_DIR", str(cache))
+    source = answer_source(7)
+    key = jit.cache_key(source)
+
+    def plant(stem: str, how) -> Path:
+        target = cache / f"{stem}-{key}.so"
+        how(target)
+        (cache / f"{stem}-{key}.sha256").write_text(jit.hashlib.sha256(planted.read_bytes()).hexdigest())
+        return target
+
+    def foreign(target):
+        target.write_bytes(planted.read_bytes())
+        give_to_another_user(target)
+
+    def group_writable(target):
+        target.write_bytes(planted.read_bytes())
+        target.chmod(0o775)
+
+    cases = [("groupwritable", group_writable, "is writable by its group"),
+             ("symlink", lambda target: target.symlink_to(planted), "cannot be opened as a plain file"),
+             ("foreign", foreign, "is owned by uid 65534")]
+    for stem, how, reason in cases:
+        target = plant(stem, how)
+        with pytest.raises(PermissionError, match=f"refusing to load {target}: it {reason}.*Delete it"):
+            jit.load_library(source, stem=stem)
+    assert jit.load_library(source, stem="honest").answer() == 7  # an entry of our own still builds and loads
+
+
+def test_new_cache_is_private_whatever_the_umask(tmp_path):
+    cache = tmp_path / "new" / "cache"
+    code = f"""
+        import os
+        os.umask(0o002)  # group-writable by default, as on many Linux desktops
+        from seastar_layers.runtime import jit
+        assert jit.load_library({answer_source(9)!r}, stem="private").answer() == 9
+        print("builds", jit.build_count)
+    """
+    for builds in ("builds 1", "builds 0"):  # the second process loads what the first built
+        result = run_isolated(code, env={"SEASTAR_CACHE_DIR": str(cache)})
+        assert_clean_exit(result)
+        assert builds in result.stdout
+    assert cache.stat().st_mode & 0o777 == 0o700
+    for f in cache.iterdir():
+        assert f.stat().st_mode & 0o022 == 0, (f, oct(f.stat().st_mode))

@@ -48,7 +48,8 @@ def _parse_code(code, fn_name: str, filename: str, text: str, first_lineno: int)
     return Source(filename, first_lineno, indent, tuple(raw_lines), defs[0])
 
 
-_FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, f).compiler_flag for f in __future__.all_feature_names))
+_FUTURE_FLAGS = functools.reduce(operator.or_, (getattr(__future__, name).compiler_flag
+                                                 for name in __future__.all_feature_names))
 
 
 def _compiles_to(text: str, code: types.CodeType) -> bool:
