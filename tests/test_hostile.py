@@ -101,7 +101,7 @@ def neighbour_sum(v):
 
 
 def malformed_layouts():
-    """(what is wrong, the six arrays and two counts of sl.Graph(...)), each once crashed a kernel."""
+    """(what is wrong, the six arrays and two counts of sl.Graph(...)): each once reached the kernels unchecked."""
     from helpers import random_graph
 
     good = sl.Graph.from_edge_index(random_graph(6, 6, 20), 6)
@@ -225,11 +225,8 @@ def test_freed_graphs_leave_the_cache_in_a_subprocess():
             with open("/proc/self/statm") as f:
                 return int(f.read().split()[1]) * 4096 / 2**20
 
-        def neighbour_sum(v):
-            return sum(nb.x for nb in v.innbs)
-
         before = rss_mb()
-        for k in range(10):  # ten 2M-edge graphs, each about 70 MB as both CSR layouts
+        for k in range(10):  # ten 2M-edge graphs, each about 90 MB as both CSR layouts
             edge_index = torch.randint(0, 100_000, (2, 2_000_000), generator=torch.Generator().manual_seed(k))
             sl.graph.as_graph(edge_index, 100_000)
             del edge_index
@@ -294,20 +291,21 @@ def test_gat_with_dropout_one_in_training_gives_the_bias():
 
     import seastar_layers.dgl as sd
 
+    def with_bias(ref, ours):  # layers start with a zero bias; make the expected result stand out
+        torch.nn.init.normal_(ref.bias)
+        ours.load_state_dict(ref.state_dict())
+        return ref.train(), ours.train()
+
     x, edge_index = torch.randn(12, 5), random_graph(12, 12, 40)
-    ref, ours = pyg_pair("GATConv", in_channels=5, out_channels=3, heads=2, dropout=1.0)
-    ref.train(), ours.train()
+    ref, ours = with_bias(*pyg_pair("GATConv", in_channels=5, out_channels=3, heads=2, dropout=1.0))
     torch.testing.assert_close(ours(x, edge_index), ref(x, edge_index))
-    assert torch.equal(ours(x, edge_index), ours.bias.expand(12, 6))
+    assert torch.equal(ours(x, edge_index), ours.bias.expand(12, 6).detach())
 
     dgl = sd.dgl
     g = dgl.add_self_loop(dgl.graph((edge_index[0], edge_index[1]), num_nodes=12))
-    torch.manual_seed(0)
-    ref = dgl.nn.GATConv(5, 3, num_heads=2, attn_drop=1.0, bias=True)
-    ours = sd.GATConv(5, 3, num_heads=2, attn_drop=1.0, bias=True)
-    ours.load_state_dict(ref.state_dict())
-    torch.nn.init.normal_(ref.bias), ours.bias.data.copy_(ref.bias)
+    ref, ours = with_bias(dgl.nn.GATConv(5, 3, num_heads=2, attn_drop=1.0), sd.GATConv(5, 3, num_heads=2, attn_drop=1.0))
     torch.testing.assert_close(ours(g, x), ref(g, x))
+    assert torch.equal(ours(g, x), ours.bias.view(1, 2, 3).expand(12, 2, 3).detach())
 
 
 def test_a_python_list_as_edge_index_says_what_is_accepted():
@@ -455,3 +453,206 @@ def test_new_cache_is_private_whatever_the_umask(tmp_path):
     assert cache.stat().st_mode & 0o777 == 0o700
     for f in cache.iterdir():
         assert f.stat().st_mode & 0o022 == 0, (f, oct(f.stat().st_mode))
+
+
+# ---- fuzz: random small graphs and malformed inputs, a clear exception or PyG's result ----------
+
+CLEAR = (TypeError, ValueError)  # what our checks raise: they name the argument and what was expected
+
+
+def fuzz_examples() -> int:
+    """A few seconds in CI; SEASTAR_FUZZ_EXAMPLES=2000 (say) for a bigger run by hand."""
+    return int(os.environ.get("SEASTAR_FUZZ_EXAMPLES", "25"))
+
+
+def announce(case) -> None:
+    """Written before each case runs, so the last line of a crashed run names the input that crashed it."""
+    print("case", repr(case)[:400], file=sys.stderr, flush=True)
+
+
+def check_against_its_edges(graph: sl.Graph, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """A graph that was accepted must sum over the edges src -> dst, forward and backward, as torch does."""
+    x = torch.randn(graph.num_src, 2, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(graph.num_dst, 2, dtype=torch.float64)
+    out = sl.compile(neighbour_sum)(graph, x=x)
+    expected = torch.zeros(graph.num_dst, 2, dtype=torch.float64).index_add(0, dst, x[src])
+    torch.testing.assert_close(out, expected)
+    (grad,) = torch.autograd.grad((out * weights).sum(), x)
+    (expected_grad,) = torch.autograd.grad((expected * weights).sum(), x)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+def fuzz_graph_constructors(max_examples: int, derandomize: bool) -> None:
+    import numpy as np
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @st.composite
+    def edge_index_and_size(draw):
+        n = draw(st.integers(0, 6))
+        shape = draw(st.sampled_from([(2, None), (2, None), (2, None), (3, None), (None,), (2, None, 1)]))
+        e = draw(st.integers(0, 12))
+        shape = tuple(e if d is None else d for d in shape)
+        dtype = draw(st.sampled_from([torch.int64, torch.int64, torch.int32, torch.float32, torch.bool, torch.int16]))
+        low = draw(st.sampled_from([0, 0, 0, -2]))
+        high = max(n + draw(st.sampled_from([0, 0, 0, 2])), low + 1)
+        values = torch.tensor(draw(st.lists(st.integers(low, high - 1), min_size=math_prod(shape),
+                                            max_size=math_prod(shape))), dtype=torch.int64).reshape(shape)
+        size = draw(st.sampled_from([None, n, (n, n), (n, max(n - 1, 0)), (-1, n), "n", (n,), np.int64(n), 2.5]))
+        return values.to(dtype), size
+
+    @settings(max_examples=max_examples, deadline=None, database=None, derandomize=derandomize,
+              suppress_health_check=list(HealthCheck))
+    @given(edge_index_and_size())
+    def from_edge_index(case):
+        announce(case)
+        edge_index, size = case
+        try:
+            graph = sl.Graph.from_edge_index(edge_index, size)
+        except CLEAR:
+            return
+        check_against_its_edges(graph, edge_index[0].long(), edge_index[1].long())
+
+    @st.composite
+    def mutated_layouts(draw):
+        n = draw(st.integers(1, 6))
+        arrays = sl.Graph.from_edge_index(draw(edge_lists(n)), n).tensors()
+        counts = [n, n]
+        for _ in range(draw(st.integers(0, 3))):
+            k = draw(st.integers(0, 5))
+            kind = draw(st.sampled_from(["set", "drop", "int32", "float", "swap", "count"]))
+            if kind == "set" and arrays[k].numel():
+                arrays[k] = arrays[k].clone()
+                arrays[k][draw(st.integers(0, arrays[k].numel() - 1))] = draw(st.integers(-3, arrays[1].numel() + 3))
+            elif kind == "drop":
+                arrays[k] = arrays[k][:-1]
+            elif kind in ("int32", "float"):
+                arrays[k] = arrays[k].to(torch.int32 if kind == "int32" else torch.float32)
+            elif kind == "swap":
+                j = draw(st.integers(0, 5))
+                arrays[k], arrays[j] = arrays[j], arrays[k]
+            else:
+                counts[k % 2] += draw(st.sampled_from([-1, 1]))
+        return arrays, counts
+
+    @settings(max_examples=max_examples, deadline=None, database=None, derandomize=derandomize,
+              suppress_health_check=list(HealthCheck))
+    @given(mutated_layouts())
+    def from_layouts(case):
+        announce(case)
+        arrays, (num_src, num_dst) = case
+        try:
+            graph = sl.Graph(*arrays, num_src, num_dst)
+        except CLEAR:
+            return
+        rows = torch.repeat_interleave(torch.arange(graph.num_dst), graph.in_indptr[1:] - graph.in_indptr[:-1])
+        dst, src = torch.empty_like(graph.in_src), torch.empty_like(graph.in_src)
+        dst[graph.in_eid], src[graph.in_eid] = rows, graph.in_src
+        check_against_its_edges(graph, src, dst)
+
+    from_edge_index()
+    from_layouts()
+
+
+def edge_lists(n: int):
+    """(2, E) int64 edge_index over n vertices: multi-edges and self-loops included."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw_edges(draw):
+        e = draw(st.integers(0, 14))
+        src = draw(st.lists(st.integers(0, n - 1), min_size=e, max_size=e))
+        dst = draw(st.lists(st.integers(0, n - 1), min_size=e, max_size=e))
+        return torch.tensor([src, dst], dtype=torch.int64).reshape(2, e)
+
+    return draw_edges()
+
+
+def math_prod(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
+def fuzz_layers(max_examples: int, derandomize: bool) -> None:
+    import torch_geometric.nn as pyg_nn
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    layer_configs = [("GATConv", dict(in_channels=4, out_channels=3, heads=2)),
+                     ("GATConv", dict(in_channels=4, out_channels=2, heads=1, add_self_loops=False, concat=False)),
+                     ("GCNConv", dict(in_channels=4, out_channels=3)),
+                     ("GCNConv", dict(in_channels=4, out_channels=3, add_self_loops=False, normalize=False)),
+                     ("APPNP", dict(K=2, alpha=0.2))]
+    layers = []
+    for name, kwargs in layer_configs:
+        torch.manual_seed(0)
+        ref = getattr(pyg_nn, name)(**kwargs).eval()
+        ours = getattr(sl, name)(**kwargs).eval()
+        ours.load_state_dict(ref.state_dict())
+        layers.append((ref, ours))
+
+    @st.composite
+    def layer_call(draw):
+        n = draw(st.integers(1, 7))
+        edge_index = draw(edge_lists(n))
+        e = edge_index.shape[1]
+        damage = draw(st.sampled_from(["none"] * 6 + ["int32", "float", "list", "3 rows", "transposed", "too large",
+                                                      "negative", "wrong width", "1-d"]))
+        x = torch.randn(n, 4)
+        if damage == "int32":
+            edge_index = edge_index.int()
+        elif damage == "float":
+            edge_index = edge_index.float()
+        elif damage == "list":
+            edge_index = edge_index.tolist()
+        elif damage == "3 rows":
+            edge_index = torch.cat([edge_index, edge_index[:1]])
+        elif damage == "transposed":
+            edge_index = edge_index.t()
+        elif damage in ("too large", "negative") and e:
+            edge_index[draw(st.integers(0, 1)), draw(st.integers(0, e - 1))] = n + 3 if damage == "too large" else -2
+        elif damage == "wrong width":
+            x = torch.randn(n, 5)
+        elif damage == "1-d":
+            edge_index = edge_index.reshape(-1)
+        return draw(st.integers(0, len(layers) - 1)), x, edge_index, damage
+
+    @settings(max_examples=max_examples, deadline=None, database=None, derandomize=derandomize,
+              suppress_health_check=list(HealthCheck))
+    @given(layer_call())
+    def call(case):
+        announce(case)
+        k, x, edge_index, _ = case
+        ref, ours = layers[k]
+        try:
+            expected = ref(x, edge_index)
+        except Exception as e:  # noqa: BLE001 - PyG's refusal decides what ours may raise
+            pyg_error = e
+        else:
+            pyg_error = None
+        try:
+            out = ours(x, edge_index)
+        except CLEAR:
+            return
+        except Exception as e:  # noqa: BLE001
+            assert pyg_error is not None and type(e) is type(pyg_error), (case, repr(e), repr(pyg_error))
+            return
+        assert pyg_error is None, (case, "ours accepted what PyG refused", repr(pyg_error))
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+
+    call()
+
+
+def test_fuzz_graph_constructors_and_layer_calls_never_crash():
+    examples = fuzz_examples()
+    derandomize = "SEASTAR_FUZZ_EXAMPLES" not in os.environ  # CI runs the same examples every time
+    result = run_isolated(f"""
+        from test_hostile import fuzz_graph_constructors, fuzz_layers
+        fuzz_graph_constructors({examples}, {derandomize})
+        fuzz_layers({examples}, {derandomize})
+        print("fuzzed")
+    """, timeout=3600)
+    assert_clean_exit(result)
+    assert "fuzzed" in result.stdout
