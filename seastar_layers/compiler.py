@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -173,8 +174,14 @@ class _SpecialisationCache:
         self.capacity = capacity
         self._entries: OrderedDict = OrderedDict()
         self._paths: dict = {}  # code -> paths of the environment objects its last build read
+        # held while building too: threads making the same first call wait for one build, not race it
+        self._lock = threading.RLock()
 
     def get(self, fn, specs, dtype, tools: toolchain.Toolchain) -> Specialisation:
+        with self._lock:
+            return self._get(fn, specs, dtype, tools)
+
+    def _get(self, fn, specs, dtype, tools: toolchain.Toolchain) -> Specialisation:
         code = fn.__code__
         paths = self._paths.get(code, ())
         try:

@@ -79,9 +79,8 @@ class GATConv(_DGLGATConv):
         feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
                  "x": feat_src.reshape(-1, heads, F)}
         mask = None
-        if self.training and self.attn_drop.p > 0:
-            keep = 1.0 - self.attn_drop.p
-            mask = torch.empty(g.num_edges, heads, 1, dtype=el.dtype).bernoulli_(keep) / keep
+        if self.training and self.attn_drop.p > 0:  # DGL's own dropout on the attention (p=1 drops it all)
+            mask = self.attn_drop(el.new_ones(g.num_edges, heads, 1))
         if edge_weight is not None:
             weight = edge_weight.reshape(g.num_edges, 1, 1).to(el.dtype)
             mask = weight.expand(g.num_edges, heads, 1) if mask is None else mask * weight

@@ -1,6 +1,9 @@
 """Graph: CSR by destination (in-edges, forward sweeps) and by source (out-edges, backward sweeps)."""
 from __future__ import annotations
 
+import functools
+import operator
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -15,13 +18,37 @@ class Graph:
     edge_index order and results are deterministic. ``num_src != num_dst`` is a bipartite graph
     (a sampled block).
 
+    Built from both layouts directly, ``Graph(in_indptr, in_src, in_eid, out_indptr, out_dst,
+    out_eid, num_src, num_dst)`` checks everything a kernel relies on (and converts int32 arrays),
+    so a wrong array raises instead of crashing the process: in-edges of destination ``d`` are
+    ``in_src[in_indptr[d]:in_indptr[d + 1]]`` with edge ids ``in_eid[...]``, out-edges of source
+    ``s`` are ``out_dst[out_indptr[s]:out_indptr[s + 1]]`` with ids ``out_eid[...]``, and both
+    layouts must list the same E edges, each id 0..E-1 once.
+
     Shapes:
         edge_index: (2, E), int32 or int64
+        in_indptr: (num_dst + 1,); out_indptr: (num_src + 1,); in_src, in_eid, out_dst, out_eid: (E,)
     """
 
     def __init__(self, in_indptr, in_src, in_eid, out_indptr, out_dst, out_eid, num_src: int, num_dst: int):
-        self.in_indptr, self.in_src, self.in_eid = in_indptr, in_src, in_eid
-        self.out_indptr, self.out_dst, self.out_eid = out_indptr, out_dst, out_eid
+        num_src, num_dst = _vertex_count("num_src", num_src), _vertex_count("num_dst", num_dst)
+        arrays = _index_arrays(dict(in_indptr=in_indptr, in_src=in_src, in_eid=in_eid, out_indptr=out_indptr,
+                                    out_dst=out_dst, out_eid=out_eid))
+        problem = _layouts_problem(*arrays, num_src, num_dst) or _same_edges_problem(*arrays)
+        if problem:
+            raise ValueError(f"sl.Graph: {problem}; build graphs from an edge_index with "
+                             "sl.Graph.from_edge_index(edge_index, size) unless you hold both layouts")
+        self._assign(arrays, num_src, num_dst)
+
+    @classmethod
+    def _from_checked(cls, arrays, num_src: int, num_dst: int) -> "Graph":
+        """For the constructors below, whose int64 arrays are right by construction or already checked."""
+        graph = cls.__new__(cls)
+        graph._assign(arrays, num_src, num_dst)
+        return graph
+
+    def _assign(self, arrays, num_src: int, num_dst: int) -> None:
+        self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid = arrays
         self.num_src, self.num_dst = num_src, num_dst
         self._degree_cache: dict[torch.dtype, torch.Tensor] = {}
         self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -79,38 +106,49 @@ class Graph:
                                  f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
         in_indptr, in_eid = _csr(dst, num_dst)
         out_indptr, out_eid = _csr(src, num_src)
-        return cls(in_indptr, src[in_eid].contiguous(), in_eid, out_indptr, dst[out_eid].contiguous(), out_eid,
-                   num_src, num_dst)
+        return cls._from_checked((in_indptr, src[in_eid].contiguous(), in_eid, out_indptr, dst[out_eid].contiguous(),
+                                  out_eid), num_src, num_dst)
 
     @classmethod
     def from_sorted_edge_index(cls, edge_index, size) -> Graph:
-        """From a sorted PyG EdgeIndex: both layouts come from (and stay in) its own CSR/CSC caches."""
+        """From a sorted PyG EdgeIndex: both layouts come from (and stay in) its own CSR/CSC caches.
+
+        Its claimed sort order is checked (one pass); its caches are trusted as PyG's own sparse ops
+        trust them (checking them costs more than building from scratch), so an EdgeIndex edited in
+        place after filling them describes its old edges, here as there: make a new EdgeIndex after
+        editing one."""
         num_src, num_dst = size
         plain = edge_index.as_tensor()
         if plain.numel() and (int(plain[0].max()) >= num_src or int(plain[1].max()) >= num_dst
                               or int(plain.min()) < 0):
             raise ValueError(f"Found indices in 'edge_index' outside its sparse_size {tuple(size)}")
+        order = edge_index.sort_order
+        keys = plain[1] if order == "col" else plain[0]
+        if bool((keys[1:] < keys[:-1]).any()):
+            raise ValueError(f"'edge_index' is an EdgeIndex that claims to be sorted by {order} but is not; build it "
+                             f"without sort_order, or sort it with edge_index.sort_by('{order}')")
         (colptr, row), col_perm = edge_index.get_csc()
         (rowptr, col), row_perm = edge_index.get_csr()
         arange = torch.arange(plain.shape[1], device=plain.device)
         as64 = [t.to(torch.int64).contiguous() for t in (colptr, row, col_perm if col_perm is not None else arange,
                                                          rowptr, col, row_perm if row_perm is not None else arange)]
-        return cls(*as64, num_src, num_dst)
+        return cls._from_checked(as64, num_src, num_dst)
 
     @classmethod
     def from_dgl(cls, g) -> Graph:
         """From a DGLGraph or block, with DGL's edge ids as edge ids: both layouts from DGL's own (cached)
-        CSC and CSR when they check out, else from the edge list in id order. (DGL 2.1 under a newer
-        torch has returned corrupt adjacency arrays for a block built from edges outside its
-        destinations, so nothing DGL hands over is used unchecked.)"""
+        CSC and CSR when they are safe to index, else from the edge list in id order. (DGL 2.1 under a
+        newer torch has returned corrupt adjacency arrays for a block built from edges outside its
+        destinations, so nothing DGL hands over is used unchecked. The two layouts are not compared
+        with each other, as sl.Graph(...) does: DGL derives both from one edge list, and comparing
+        costs more than the conversion.)"""
         if len(g.canonical_etypes) != 1:
             raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
                              "pass one relation at a time, e.g. g[etype]")
         num_src, num_dst, num_edges = g.num_src_nodes(), g.num_dst_nodes(), g.num_edges()
-        in_csr = _checked_csr(g.adj_tensors("csc"), num_dst, num_src, num_edges)
-        out_csr = _checked_csr(g.adj_tensors("csr"), num_src, num_dst, num_edges) if in_csr else None
-        if in_csr and out_csr:
-            return cls(*in_csr, *out_csr, num_src, num_dst)
+        arrays = [t.to(torch.int64).contiguous() for t in (*g.adj_tensors("csc"), *g.adj_tensors("csr"))]
+        if arrays[1].numel() == num_edges and not _layouts_problem(*arrays, num_src, num_dst):
+            return cls._from_checked(arrays, num_src, num_dst)
         src, dst = g.edges(order="eid")
         return cls.from_edge_index(torch.stack([src, dst]), (num_src, num_dst))
 
@@ -119,11 +157,14 @@ def _sizes(edge_index: torch.Tensor, size) -> tuple[int, int]:
     if size is None:
         n = int(edge_index.max()) + 1 if edge_index.numel() else 0
         return n, n
-    if isinstance(size, int):
-        return size, size
-    if isinstance(size, (tuple, list)) and len(size) == 2 and all(isinstance(s, int) and s >= 0 for s in size):
-        return int(size[0]), int(size[1])
-    raise ValueError(f"'size' must be None, an int or a pair (num_src, num_dst) of ints, got {size!r}")
+    pair = tuple(size) if isinstance(size, (tuple, list)) else (size, size)
+    try:
+        num_src, num_dst = (operator.index(s) for s in pair)  # any integer, numpy's included
+    except (TypeError, ValueError):
+        num_src = num_dst = -1
+    if num_src < 0 or num_dst < 0:
+        raise ValueError(f"'size' must be None, an int or a pair (num_src, num_dst) of non-negative ints, got {size!r}")
+    return num_src, num_dst
 
 
 def _csr(keys: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,45 +177,88 @@ def _csr(keys: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class _GraphCache:
-    """Graphs built from user objects, keyed by the object's identity (checked through a weak
-    reference, so a recycled id never matches), its version counter and whatever processing the
-    caller names. An epoch loop over one edge_index converts it once."""
+    """Graphs built from user objects, kept while the object lives.
+
+    An entry is found by the object's identity (through a weak reference, so a recycled id never
+    matches) and whatever processing the caller names, and is used while the caller's stamp of the
+    object's edges (version counter, shape, fingerprint) is unchanged; a changed stamp rebuilds and
+    replaces it. An entry goes when its object is freed, or when more than `capacity` objects are
+    live (oldest first). An epoch loop over one edge_index converts it once.
+    """
 
     def __init__(self, capacity: int = 32):
         self.capacity = capacity
-        self._entries: OrderedDict = OrderedDict()
+        self._entries: OrderedDict = OrderedDict()  # (id(obj), key) -> (weak ref, stamp, Graph)
+        self._lock = threading.RLock()  # entries also go from weakref callbacks, in any thread
         self.builds = 0  # tests read it to prove a second forward does not rebuild
 
-    def get(self, obj, key: tuple, build) -> "Graph":
+    def get(self, obj, key: tuple, build, stamp=None) -> "Graph":
         full_key = (id(obj), key)
-        entry = self._entries.get(full_key)
-        if entry is not None and entry[0]() is obj:
-            self._entries.move_to_end(full_key)
-            return entry[1]
+        with self._lock:
+            entry = self._entries.get(full_key)
+            if entry is not None and entry[0]() is obj and entry[1] == stamp:
+                self._entries.move_to_end(full_key)
+                return entry[2]
         graph = build()
         self.builds += 1
         try:
-            ref = weakref.ref(obj)
+            ref = weakref.ref(obj, functools.partial(self._forget, full_key))
         except TypeError:
             return graph
-        self._entries[full_key] = (ref, graph)
-        while len(self._entries) > self.capacity:
-            self._entries.popitem(last=False)
+        with self._lock:
+            self._entries[full_key] = (ref, stamp, graph)
+            self._entries.move_to_end(full_key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
         return graph
+
+    def _forget(self, full_key, ref) -> None:
+        with self._lock:
+            entry = self._entries.get(full_key)
+            if entry is not None and entry[0] is ref:
+                del self._entries[full_key]
 
 
 graph_cache = _GraphCache()
 
+_FINGERPRINT_BLOCK = 4096
 
-def _tensor_key(t: torch.Tensor) -> tuple:
-    return (t._version, t.data_ptr(), tuple(t.shape), t.dtype, t.device)
+
+@functools.lru_cache(maxsize=8)
+def _odd_weights(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(-2**62, 2**62, (n,), generator=torch.Generator().manual_seed(seed)) | 1
+
+
+def _fingerprint(t: torch.Tensor) -> int:
+    """A 64-bit hash of an index array: its 64-bit words times fixed random odd weights, summed mod
+    2**64. Changing one index always changes it; an edit whose changes are all multiples of 2**k
+    goes unseen with a chance of about 2**(k - 63). It reads the array once: about 45 ms for a
+    (2, 10M) edge_index on 2 cores, where the cheapest program over that graph takes 400 ms.
+    Index arrays of a sparse layout are hashed each, then combined."""
+    if t.layout != torch.strided:
+        parts = {torch.sparse_coo: lambda: [t._indices()],
+                 torch.sparse_csr: lambda: [t.crow_indices(), t.col_indices()],
+                 torch.sparse_csc: lambda: [t.ccol_indices(), t.row_indices()]}[t.layout]()
+        return hash(tuple(_fingerprint(p) for p in parts))
+    flat = t.reshape(-1)
+    if flat.dtype == torch.int32 and flat.numel() % 2 == 0 and flat.storage_offset() % 2 == 0:
+        flat = flat.view(torch.int64)  # pairs of indices as one word: converting would cost more than hashing
+    flat = flat.to(torch.int64)
+    block = _odd_weights(_FINGERPRINT_BLOCK, 0).to(flat.device)
+    full = flat.numel() // _FINGERPRINT_BLOCK
+    blocks = flat[:full * _FINGERPRINT_BLOCK].view(full, _FINGERPRINT_BLOCK)
+    # a matrix-vector product reads the array at memory speed; int64 mv exists on the CPU only
+    per_block = blocks.mv(block) if blocks.device.type == "cpu" else (blocks * block).sum(1)
+    tail = flat[full * _FINGERPRINT_BLOCK:]
+    per_block = torch.cat([per_block, (tail * block[:tail.numel()]).sum().view(1)])
+    return int(per_block @ _odd_weights(per_block.numel(), 1).to(flat.device))
 
 
 def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
     """A Graph from a Graph, an edge_index tensor (or PyG EdgeIndex), or a DGLGraph / DGL block.
 
-    Conversions are cached per object. `build(obj) -> Graph` replaces the plain conversion of a
-    tensor (layers use it to add self-loops first); `key` names that processing in the cache."""
+    Conversions are cached per object (see _GraphCache). `build(obj) -> Graph` replaces the plain
+    conversion of a tensor (layers use it to add self-loops first); `key` names that processing."""
     if isinstance(graph, Graph):
         if size is not None:
             raise ValueError("pass 'size' only with an edge_index tensor; a Graph already knows its sizes")
@@ -184,8 +268,11 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
             raise TypeError("a torch sparse adjacency is accepted by the layers, not by compiled programs; "
                             "pass edge_index = adj_t.to_sparse_coo().indices().flip(0)")
         plain = graph.as_tensor() if hasattr(graph, "as_tensor") else graph  # PyG's EdgeIndex
+        # an in-place edit bumps the version; the fingerprint sees edits that do not (inference tensors have none)
+        version = None if plain.is_inference() else plain._version
+        stamp = (version, tuple(plain.shape), plain.dtype, plain.device, plain.layout, _fingerprint(plain))
         if plain.layout != torch.strided:
-            return graph_cache.get(graph, (plain._version, tuple(plain.shape), size) + key, lambda: build(plain))
+            return graph_cache.get(graph, (size,) + key, lambda: build(plain), stamp)
         if size is None and hasattr(graph, "sparse_size"):
             sizes = graph.sparse_size()
             size = tuple(sizes) if None not in sizes else None
@@ -193,28 +280,89 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
             make = lambda: Graph.from_sorted_edge_index(graph, _sizes(plain, size))  # noqa: E731 - its own CSR/CSC
         else:
             make = (lambda: build(plain)) if build is not None else (lambda: Graph.from_edge_index(plain, size))
-        return graph_cache.get(graph, (_tensor_key(plain), size) + key, make)
+        return graph_cache.get(graph, (size,) + key, make, stamp)
     if type(graph).__name__ in ("DGLGraph", "DGLBlock") or hasattr(graph, "adj_tensors"):
         if size is not None:
             raise ValueError("pass 'size' only with an edge_index tensor; a DGL graph already knows its sizes")
-        return graph_cache.get(graph, ("dgl", graph.num_src_nodes(), graph.num_dst_nodes(), graph.num_edges()) + key,
+        # DGL's graph index is immutable: editing a DGLGraph's edges gives it a new one
+        return graph_cache.get(graph._graph, ("dgl", graph.num_src_nodes(), graph.num_dst_nodes()) + key,
                                lambda: Graph.from_dgl(graph))
     raise TypeError(f"the graph must be an edge_index tensor of shape (2, E), a PyG EdgeIndex, a DGLGraph or block, "
                     f"or a seastar_layers.Graph; got {type(graph).__name__}")
 
 
+def _vertex_count(name: str, value) -> int:
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"sl.Graph: '{name}' must be an int, got {type(value).__name__}") from None
+    if n < 0:
+        raise ValueError(f"sl.Graph: '{name}' must be >= 0, got {n}")
+    return n
 
 
-def _checked_csr(arrays, rows: int, cols: int, num_edges: int):
-    """(indptr, indices, eids) as int64 if they describe `num_edges` edges over rows x cols, else None."""
-    indptr, indices, eids = (t.to(torch.int64).contiguous() for t in arrays)
-    if indptr.numel() != rows + 1 or indices.numel() != num_edges or eids.numel() != num_edges:
-        return None
-    if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges or bool((indptr[1:] < indptr[:-1]).any()):
-        return None
-    if num_edges and (int(indices.min()) < 0 or int(indices.max()) >= cols or int(eids.min()) < 0
-                      or int(eids.max()) >= num_edges):
-        return None
-    return indptr, indices, eids
+def _index_arrays(named: dict) -> list[torch.Tensor]:
+    """The arrays as contiguous int64 tensors on one device, or a TypeError/ValueError naming the one that is not."""
+    out = []
+    device = None
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"sl.Graph: '{name}' must be a 1-d torch.Tensor of int32 or int64, got {type(t).__name__}")
+        if t.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"sl.Graph: '{name}' must hold int32 or int64 indices, got {t.dtype}")
+        if t.dim() != 1:
+            raise ValueError(f"sl.Graph: '{name}' must be 1-d, got shape {tuple(t.shape)}")
+        if device is not None and t.device != device:
+            raise ValueError(f"sl.Graph: all arrays must be on one device; '{name}' is on {t.device}, "
+                             f"'{next(iter(named))}' on {device}")
+        device = t.device
+        out.append(t.to(torch.int64).contiguous())
+    return out
 
 
+def _layouts_problem(in_indptr, in_src, in_eid, out_indptr, out_dst, out_eid, num_src: int, num_dst: int):
+    """What makes the six int64 arrays something a kernel cannot safely index, or None."""
+    return (_csr_problem(("in_indptr", "in_src", "in_eid"), in_indptr, in_src, in_eid, num_dst, num_src)
+            or _csr_problem(("out_indptr", "out_dst", "out_eid"), out_indptr, out_dst, out_eid, num_src, num_dst)
+            or (f"the layouts hold different numbers of edges ({in_src.numel()} in, {out_dst.numel()} out)"
+                if in_src.numel() != out_dst.numel() else None))
+
+
+def _csr_problem(names, indptr, indices, eids, rows: int, cols: int):
+    """What makes (indptr, indices, eids) something other than a CSR over rows x cols, or None."""
+    ptr, idx, ids = names
+    num_edges = indices.numel()
+    if indptr.numel() != rows + 1:
+        return f"'{ptr}' must have {rows + 1} entries (one more than its rows), got {indptr.numel()}"
+    if eids.numel() != num_edges:
+        return f"'{ids}' must have one entry per edge ({num_edges}, the length of '{idx}'), got {eids.numel()}"
+    if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges:
+        return (f"'{ptr}' must start at 0 and end at the number of edges {num_edges}, got {int(indptr[0])} .. "
+                f"{int(indptr[-1])}")
+    if bool((indptr[1:] < indptr[:-1]).any()):
+        return f"'{ptr}' must be non-decreasing"
+    if num_edges and (int(indices.min()) < 0 or int(indices.max()) >= cols):
+        return f"'{idx}' must hold vertex indices in [0, {cols}), got {int(indices.min())} .. {int(indices.max())}"
+    if num_edges and (int(eids.min()) < 0 or int(eids.max()) >= num_edges):
+        return f"'{ids}' must hold edge ids in [0, {num_edges}), got {int(eids.min())} .. {int(eids.max())}"
+    return None
+
+
+def _same_edges_problem(in_indptr, in_src, in_eid, out_indptr, out_dst, out_eid):
+    """What makes two safe layouts disagree on the edges (each id 0..E-1 once, naming one edge), or None."""
+    num_edges = in_src.numel()
+    for name, eids in (("in_eid", in_eid), ("out_eid", out_eid)):
+        if not bool((torch.bincount(eids, minlength=num_edges) == 1).all()):
+            return f"'{name}' must hold every edge id 0..{num_edges - 1} exactly once"
+    src_by_id, dst_by_id = torch.empty_like(in_src), torch.empty_like(in_src)
+    src_by_id[in_eid], dst_by_id[in_eid] = in_src, _rows(in_indptr)
+    if not (torch.equal(src_by_id[out_eid], _rows(out_indptr)) and torch.equal(dst_by_id[out_eid], out_dst)):
+        return ("the in-edge layout (in_indptr, in_src, in_eid) and the out-edge layout (out_indptr, out_dst, "
+                "out_eid) describe different edges for the same edge ids")
+    return None
+
+
+def _rows(indptr: torch.Tensor) -> torch.Tensor:
+    """The row of every entry of a CSR."""
+    counts = indptr[1:] - indptr[:-1]
+    return torch.repeat_interleave(torch.arange(counts.numel(), device=indptr.device), counts)

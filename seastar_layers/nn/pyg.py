@@ -77,6 +77,10 @@ def _edge_list(edge_index, edge_weight=None):
 
 
 def _check_edge_index(edge_index: Tensor) -> None:
+    if not isinstance(edge_index, Tensor):
+        raise ValueError(f"'edge_index' must be a torch.Tensor of shape (2, E), an EdgeIndex, a torch.sparse "
+                         f"adjacency or a SparseTensor, got a {type(edge_index).__name__}; convert it with "
+                         "torch.tensor(edge_index)")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"'edge_index' must have shape (2, E), got {tuple(edge_index.shape)}")
 
@@ -188,9 +192,8 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             e = self.lin_edge(edge_attr).view(-1, H, C)
             feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
         mask = None
-        if self.training and self.dropout > 0:
-            keep = 1.0 - self.dropout
-            mask = torch.empty(graph.num_edges, H, 1, dtype=x_src.dtype).bernoulli_(keep) / keep
+        if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
+            mask = F.dropout(x_src.new_ones(graph.num_edges, H, 1), p=self.dropout)
         explained = _explain_factor(self, graph, 3)
         if explained is not None:
             explained = explained.to(x_src.dtype).view(-1, 1, 1)

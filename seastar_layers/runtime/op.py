@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -30,6 +31,7 @@ def _sizes(graph: list[Tensor]) -> tuple[int, int, int]:
 
 
 _OPS: dict[str, CompiledOp] = {}  # torch.library allows one registration per name and process
+_OPS_LOCK = threading.Lock()  # so threads making their first call at once register it once
 
 
 def make_op(key: str, tag: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -> CompiledOp:
@@ -37,9 +39,10 @@ def make_op(key: str, tag: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.
     interface and prefixes its entry points in the library) built by one toolchain (tag: its
     backend); registered once per process."""
     name = key + tag
-    if name not in _OPS:
-        _OPS[name] = _register(key, name, lib, fwd, bwd, dtype)
-    return _OPS[name]
+    with _OPS_LOCK:
+        if name not in _OPS:
+            _OPS[name] = _register(key, name, lib, fwd, bwd, dtype)
+        return _OPS[name]
 
 
 def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -> CompiledOp:
