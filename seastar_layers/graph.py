@@ -6,8 +6,10 @@ import operator
 import threading
 import weakref
 from collections import OrderedDict
+from typing import Optional
 
 import torch
+from torch import Tensor
 
 
 class Graph:
@@ -104,10 +106,7 @@ class Graph:
             if idx.numel() and int(idx.max()) >= n:
                 raise ValueError(f"Found {name} indices in 'edge_index' that are larger than {n - 1} (got "
                                  f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
-        in_indptr, in_eid = _csr(dst, num_dst)
-        out_indptr, out_eid = _csr(src, num_src)
-        return cls._from_checked((in_indptr, src[in_eid].contiguous(), in_eid, out_indptr, dst[out_eid].contiguous(),
-                                  out_eid), num_src, num_dst)
+        return cls._from_checked(csr_layouts(src, dst, num_src, num_dst), num_src, num_dst)
 
     @classmethod
     def from_sorted_edge_index(cls, edge_index, size) -> Graph:
@@ -167,12 +166,25 @@ def _sizes(edge_index: torch.Tensor, size) -> tuple[int, int]:
     return num_src, num_dst
 
 
-def _csr(keys: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def csr_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Optional[Tensor] = None) -> list[Tensor]:
+    """Both CSR layouts of the int64 edges src[k] -> dst[k], in the order Graph.tensors() gives them.
+
+    Built with ops whose output sizes follow from their input sizes (a stable argsort, then
+    searchsorted for the row pointers), so torch.compile, torch.export and TorchScript trace it
+    whole. Edges where `listed` is False stay in the arrays, after every row's edges, but belong
+    to no row: kernels never visit them (the layers drop self-loops this way without a
+    data-dependent size), so their values must still be valid indices."""
+    in_indptr, in_eid = _csr(dst, num_dst, listed)
+    out_indptr, out_eid = _csr(src, num_src, listed)
+    return [in_indptr, src[in_eid], in_eid, out_indptr, dst[out_eid], out_eid]
+
+
+def _csr(keys: Tensor, n: int, listed: Optional[Tensor]) -> tuple[Tensor, Tensor]:
     """indptr over n rows and the stable permutation that sorts the edges by key."""
-    perm = torch.sort(keys, stable=True).indices
-    counts = torch.bincount(keys, minlength=n)
-    indptr = torch.zeros(n + 1, dtype=torch.int64, device=keys.device)
-    torch.cumsum(counts, 0, out=indptr[1:])
+    if listed is not None:
+        keys = torch.where(listed, keys, n)  # after every row: counted by no indptr entry
+    perm = torch.argsort(keys, stable=True)
+    indptr = torch.searchsorted(keys[perm], torch.arange(n + 1, dtype=keys.dtype, device=keys.device))
     return indptr, perm
 
 
