@@ -293,14 +293,30 @@ def compile(fn=None, *, generic_shapes: bool = False):  # noqa: A001 - the pinne
 
 
 def shape_pattern(specs: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
-    """Feature shapes with every size other than 1 replaced by a symbol s0, s1, ...: one symbol per
-    distinct size, numbered in order of first appearance (features by name, then axes)."""
-    symbols: dict[int, str] = {}
-    out = {}
-    for name in sorted(specs):
-        shape = tuple(d if d == 1 else symbols.setdefault(d, f"s{len(symbols)}") for d in specs[name].shape)
-        out[name] = FeatureSpec(shape, specs[name].dtype)
-    return out
+    """Feature shapes with every size other than 1 replaced by a symbol (see pattern_of)."""
+    patterns, _ = pattern_of({name: spec.shape for name, spec in specs.items()})
+    return {name: FeatureSpec(patterns[name], spec.dtype) for name, spec in specs.items()}
+
+
+def pattern_of(shapes: dict[str, tuple]) -> tuple[dict[str, tuple], list]:
+    """Shapes with every size other than 1 replaced by a symbol s0, s1, ...: one symbol per distinct
+    size, numbered in order of first appearance (by name, then axis); and the sizes the symbols
+    stand for. Sizes are compared with ==, so torch.compile's symbolic sizes work too. The
+    extension's entry points pick their kernel the same way (csrc/seastar_ops.h: variant_key)."""
+    dims: list = []
+    patterns = {}
+    for name in sorted(shapes):
+        pattern = []
+        for d in shapes[name]:
+            if d == 1:
+                pattern.append(1)
+                continue
+            k = next((k for k, seen in enumerate(dims) if seen == d), len(dims))
+            if k == len(dims):
+                dims.append(d)
+            pattern.append(f"s{k}")
+        patterns[name] = tuple(pattern)
+    return patterns, dims
 
 
 def _device_of(features: dict) -> torch.device:

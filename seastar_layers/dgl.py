@@ -87,7 +87,7 @@ class GATConv(_DGLGATConv):
         if mask is not None:
             feats["mask"] = mask.contiguous()
         slope = el.new_tensor(self.leaky_relu.negative_slope)
-        rst = programs.gat_attention(True, False, mask is not None, slope)(g, **feats).view(*dst_prefix, H, F)
+        rst = programs.GAT_ATTENTION(g, slope=slope, **feats)[0].view(*dst_prefix, H, F)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h_dst).view(*dst_prefix, -1, F)
         if self.has_explicit_bias:
@@ -112,11 +112,12 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch.Tensor:
     """out_v = sum_e w[e] * x[u]; weights of any other shape broadcast per edge, as DGL's u_mul_e."""
     if edge_weight is not None and edge_weight.numel() != g.num_edges:
+        # weights of other shapes than the prebuilt kernels': the same program, compiled for them
         return programs.weighted_sum(True)(g, x=x, w=edge_weight.to(x.dtype))
     feats = {"x": _rows(x)}
     if edge_weight is not None:
         feats["w"] = edge_weight.reshape(g.num_edges).to(x.dtype)
-    return programs.weighted_sum("w" in feats)(g, **feats).view(g.num_dst, *x.shape[1:])
+    return programs.WEIGHTED_SUM(g, **feats)[0].view(g.num_dst, *x.shape[1:])
 
 
 class GraphConv(_DGLGraphConv):
@@ -182,8 +183,8 @@ class APPNPConv(_DGLAPPNPConv):
                 feats["w"] = w.reshape(g.num_edges).to(feat.dtype)
             if edge_weight is None:
                 # (1 - alpha) * (sum * dst_norm) + alpha * h: fold dst_norm into the teleport split
-                out = programs.weighted_sum("w" in feats)(g, **feats)
+                out = programs.WEIGHTED_SUM(g, **feats)[0]
                 h = (1 - alpha) * out * dst_norm + alpha * feat_0
             else:
-                h = programs.appnp_step(True, alpha)(g, h=feat_0, **feats)
+                h = programs.APPNP_STEP(g, h=feat_0, alpha=alpha, keep=1 - alpha, **feats)[0]
         return h.view(feat.shape)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 
 from ..compiler import CompiledProgram, compile
+from ..codegen.torch_entry import OpFamily
+from ..runtime import library
 
 
 def check_features(layer: str, x) -> None:
@@ -42,43 +44,44 @@ def weighted_sum(with_weight: bool) -> CompiledProgram:
     return compile(weighted_sum, generic_shapes=True)
 
 
-def appnp_step(with_weight: bool, alpha: torch.Tensor) -> CompiledProgram:
-    """out_v = (1 - alpha) * sum_e w[e] * x[u] + alpha * h[v]: one power-iteration step of APPNP."""
+def appnp_step(with_weight: bool, alpha: torch.Tensor, keep: torch.Tensor) -> CompiledProgram:
+    """out_v = keep * sum_e w[e] * x[u] + alpha * h[v] with keep = 1 - alpha: one power-iteration step
+    of APPNP (the caller computes keep, so the op's parameters are plain inputs)."""
 
     def appnp_step(v):
-        return (1 - alpha) * sum((e.w if with_weight else 1) * e.src.x for e in v.inedges) + alpha * v.h
+        return keep * sum((e.w if with_weight else 1) * e.src.x for e in v.inedges) + alpha * v.h
 
     return compile(appnp_step, generic_shapes=True)
 
 
+# The sizes in the examples stand for their shape pattern only: a size of 1, or a size equal to
+# another, gives a different pattern, so each pattern of heads / channels appears once.
+N, E = 3, 4
+
+
+def _gat_shapes():
+    for heads, channels in [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3)]:
+        yield {"a_src": (N, heads, 1), "x": (N, heads, channels), "a_dst": (N, heads, 1), "a_edge": (E, heads, 1),
+               "mask": (E, heads, 1)}
+
+
+def _sum_shapes():
+    for width in (1, 2):
+        for weight in [(E,), (E, 1)]:
+            yield {"x": (N, width), "h": (N, width), "w": weight}
+
+
+GAT_ATTENTION = OpFamily(gat_attention, required=("a_src", "x"), params=("slope",), examples=_gat_shapes,
+                         optional=(("a_dst", "with_dst"), ("a_edge", "with_edge"), ("mask", "with_dropout")))
+WEIGHTED_SUM = OpFamily(weighted_sum, required=("x",), params=(), optional=(("w", "with_weight"),),
+                        examples=_sum_shapes)
+APPNP_STEP = OpFamily(appnp_step, required=("x", "h"), params=("alpha", "keep"), optional=(("w", "with_weight"),),
+                      examples=_sum_shapes)
+FAMILIES = (GAT_ATTENTION, WEIGHTED_SUM, APPNP_STEP)
+library.register(FAMILIES)
+
+
 def prebuilt_variants():
-    """(program, example features) for every specialisation the layers can ask for.
-
-    The example sizes stand for their shape pattern only: a size of 1, or a size equal to
-    another, gives a different pattern, so each pattern of heads / channels appears once."""
-    n, e = 3, 4
-    for dtype in (torch.float32, torch.float64):
-        scalar = torch.zeros((), dtype=dtype)
-
-        def t(*shape):
-            return torch.zeros(*shape, dtype=dtype)
-
-        for heads, channels in [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3)]:
-            for with_dst in (True, False):
-                for with_edge in (True, False):
-                    for with_dropout in (True, False):
-                        feats = {"a_src": t(n, heads, 1), "x": t(n, heads, channels)}
-                        if with_dst:
-                            feats["a_dst"] = t(n, heads, 1)
-                        if with_edge:
-                            feats["a_edge"] = t(e, heads, 1)
-                        if with_dropout:
-                            feats["mask"] = t(e, heads, 1)
-                        yield gat_attention(with_dst, with_edge, with_dropout, scalar), feats
-        for width in (1, 2):
-            for weight_shape in [None, (e,), (e, 1)]:
-                feats = {"x": t(n, width)}
-                if weight_shape is not None:
-                    feats["w"] = t(*weight_shape)
-                yield weighted_sum(weight_shape is not None), feats
-                yield appnp_step(weight_shape is not None, scalar), dict(feats, h=t(n, width))
+    """(program, example features) for every specialisation the layers can ask for."""
+    for family in FAMILIES:
+        yield from family.variants()

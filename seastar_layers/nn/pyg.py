@@ -200,9 +200,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             mask = explained.expand(graph.num_edges, H, 1) if mask is None else mask * explained
         if mask is not None:
             feats["mask"] = mask.contiguous()
-        slope = x_src.new_tensor(self.negative_slope)
-        prog = programs.gat_attention("a_dst" in feats, "a_edge" in feats, "mask" in feats, slope)
-        out = prog(graph, **feats)
+        out = programs.GAT_ATTENTION(graph, slope=x_src.new_tensor(self.negative_slope), **feats)[0]
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
@@ -302,7 +300,7 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
         weight = _edge_weights(self, graph, weight, x.dim())
         if weight is not None:
             feats["w"] = weight.to(x.dtype)
-        out = restore(programs.weighted_sum("w" in feats)(graph, **feats))
+        out = restore(programs.WEIGHTED_SUM(graph, **feats)[0])
         if self.bias is not None:
             out = out + self.bias
         return out
@@ -333,5 +331,5 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
             feats = {"x": out, "h": h}
             if w is not None:
                 feats["w"] = w.to(x.dtype)
-            out = programs.appnp_step("w" in feats, alpha)(graph, **feats)
+            out = programs.APPNP_STEP(graph, alpha=alpha, keep=1 - alpha, **feats)[0]
         return restore(out)
