@@ -24,6 +24,7 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 GENERATED = ROOT / "csrc" / "generated"
 PROGRAMS_PER_FILE = 12
+REGISTRATION = "registration.cpp"  # the ops' entry points: the one generated file that includes torch headers
 version = re.search(r'__version__ = "([^"]+)"', (ROOT / "seastar_layers" / "__init__.py").read_text()).group(1)
 
 
@@ -65,7 +66,7 @@ def generate_sources(targets: list[str]) -> list[str]:
             path = GENERATED / f"{stem}_{part // PROGRAMS_PER_FILE}{suffix}"
             write_if_changed(path, header + "\n".join(sources[part:part + PROGRAMS_PER_FILE]))
             paths.append(path)
-    paths.append(GENERATED / "registration.cpp")
+    paths.append(GENERATED / REGISTRATION)
     write_if_changed(paths[-1], render_registration(compiled))
     for stale in set(GENERATED.iterdir()) - set(paths):
         stale.unlink()
@@ -89,7 +90,7 @@ class BuildLayers(build_ext):
         with_cuda = cuda_build()
         for ext in self.extensions:
             if ext.name == "seastar_layers._C":
-                configure(ext, with_cuda)
+                self.entry_flags = configure(ext, with_cuda)
                 ext.sources = ["csrc/module.cpp"] + generate_sources(["cpu", "cuda"] if with_cuda else ["cpu"])
         super().run()
         from seastar_layers.runtime import prebuilt
@@ -101,10 +102,12 @@ class BuildLayers(build_ext):
     def build_extension(self, ext):
         compile_one = self.compiler.compile
 
-        def compile_source(src, output_dir=None, *args, **kwargs):
+        def compile_source(src, output_dir=None, *args, extra_postargs=(), **kwargs):
             if src.endswith(".cu"):
                 return [compile_cuda(src, output_dir or "", self.force)]
-            return compile_one([src], output_dir, *args, **kwargs)
+            if Path(src).name == REGISTRATION:
+                extra_postargs = [*extra_postargs, *self.entry_flags]
+            return compile_one([src], output_dir, *args, extra_postargs=extra_postargs, **kwargs)
 
         def compile_all(sources, output_dir=None, *args, **kwargs):
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
@@ -118,8 +121,10 @@ class BuildLayers(build_ext):
             self.compiler.compile = compile_one
 
 
-def configure(ext: Extension, with_cuda: bool) -> None:
-    """Include paths, libraries and flags: torch's for the registration file, CUDA's with_cuda."""
+def configure(ext: Extension, with_cuda: bool) -> list[str]:
+    """Include paths and libraries (torch's, and CUDA's with_cuda); returns the flags of the one
+    file that includes torch headers, the registration file: as torch's own extensions (C++20,
+    torch's C++ ABI)."""
     import torch
     from torch.utils import cpp_extension
 
@@ -128,14 +133,16 @@ def configure(ext: Extension, with_cuda: bool) -> None:
     ext.include_dirs += [str(ROOT / "csrc"), *cpp_extension.include_paths()]
     ext.library_dirs += cpp_extension.library_paths()
     ext.libraries += ["c10", "torch", "torch_cpu"]
-    ext.extra_compile_args += [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+    flags = ["-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     if with_cuda:
         home = config.cuda_home()
         ext.include_dirs.append(str(home / "include"))
         ext.library_dirs.append(str(home / "lib64"))
         ext.libraries += ["c10_cuda", "torch_cuda", "cudart"]
-        ext.extra_compile_args.append("-DSEASTAR_WITH_CUDA")
-        print(f"seastar_layers: building CUDA kernels for {toolchain.cuda_arch_flags(config.cuda_arch_list())}")
+        flags.append("-DSEASTAR_WITH_CUDA")
+        arch_flags = toolchain.cuda_arch_flags(config.cuda_arch_list())
+        print(f"seastar_layers: building CUDA kernels with {' '.join(arch_flags)}")
+    return flags
 
 
 def compile_cuda(src: str, output_dir: str, force: bool) -> str:

@@ -334,8 +334,9 @@ class Call {
     TORCH_CHECK_VALUE(graph_[0].is_cpu() || cuda, f_.op, " runs on CPU and CUDA tensors, not on ", graph_[0].device());
     const Variant* table = cuda ? f_.cuda : f_.cpu;
     const int count = cuda ? f_.num_cuda : f_.num_cpu;
-    TORCH_CHECK(count > 0, f_.op, ": seastar_layers._C was built without CUDA kernels; reinstall it on a machine with a "
-                "CUDA toolkit and a CUDA build of torch (or with FORCE_CUDA=1) to run on ", graph_[0].device());
+    TORCH_CHECK(count > 0, f_.op, ": seastar_layers._C was built without CUDA kernels; reinstall it where a CUDA "
+                "toolkit and a CUDA build of torch are installed (FORCE_CUDA=1 insists) to run on ",
+                graph_[0].device());
     std::vector<std::pair<std::string, at::IntArrayRef>> features;
     for (int i = 0; i < f_.num_arguments; ++i)
       if (args_[i] != nullptr && f_.is_feature[i]) features.emplace_back(f_.arguments[i], args_[i]->sizes().slice(1));
@@ -391,8 +392,8 @@ class Call {
     const at::ScalarType dtype = b.compute_type ? compute_dtype(dtype_) : dtype_;
     TORCH_CHECK_TYPE(t.scalar_type() == dtype, f_.op, ": parameter '", name, "' must be ", torch_name(dtype),
                      " (the features are ", torch_name(dtype_), "), got ", torch_name(t.scalar_type()));
-    TORCH_CHECK_VALUE(t.sizes().vec() == want, f_.op, ": parameter '", name, "' must have shape ", at::IntArrayRef(want),
-                      ", got ", t.sizes());
+    TORCH_CHECK_VALUE(t.sizes().vec() == want, f_.op, ": parameter '", name, "' must have shape ",
+                      at::IntArrayRef(want), ", got ", t.sizes());
   }
 
   std::vector<at::Tensor> run(const Program& program, at::TensorList saved, at::TensorList grads) {
