@@ -182,6 +182,6 @@ setup(
     ext_modules=[layers],
     cmdclass={"build_ext": BuildLayers},
     python_requires=">=3.10",
-    install_requires=["torch>=2.4", "tqdm"],
+    install_requires=["torch>=2.8", "tqdm"],
     extras_require={"pyg": ["torch_geometric>=2.5"], "dgl": ["dgl>=2.1", "packaging", "pandas"]},
 )

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 
 import torch
 
 from .compat import import_dgl
-from .graph import as_graph
+from .graph import Graph, as_graph
 from .nn import programs
 
 dgl = import_dgl()
 from dgl.nn.pytorch import APPNPConv as _DGLAPPNPConv  # noqa: E402
 from dgl.nn.pytorch import GATConv as _DGLGATConv  # noqa: E402
 from dgl.nn.pytorch import GraphConv as _DGLGraphConv  # noqa: E402
-from dgl.nn.pytorch.conv.graphconv import EdgeWeightNorm  # noqa: E402
 
 _warned: set[tuple[str, str]] = set()
 
@@ -38,9 +38,50 @@ def _warn_once(layer: str, option: str) -> None:
                       RuntimeWarning, stacklevel=3)
 
 
-def _check_in_degrees(module, graph) -> None:
-    if not module._allow_zero_in_degree and (graph.in_degrees() == 0).any():
+@dataclass(frozen=True)
+class _Converted:
+    """What the layers read of a DGL graph, converted once per graph: kept on the DGLGraph object,
+    where a model compiled with torch.compile finds it without calling DGL (whose C library dynamo
+    cannot trace), with the graph index it came from (DGL replaces it when the edges change)."""
+
+    index: object
+    graph: Graph
+    is_block: bool
+    zero_in_degree: bool  # a destination without in-edges
+
+
+def prepare(graph):
+    """Converts a DGLGraph or block for the layers now, so that a compiled model (torch.compile,
+    torch.export) reads the conversion instead of calling DGL. A layer called outside a compiled
+    model converts its graph the same way; inside one, an unconverted graph costs a graph break
+    (an error under fullgraph=True). Returns the graph."""
+    _convert(graph)
+    return graph
+
+
+def _converted(graph) -> _Converted:
+    found = getattr(graph, "_seastar_converted", None)
+    if found is not None and found.index is graph._graph:
+        return found
+    return _convert(graph)
+
+
+@torch.compiler.disable(reason="converting a DGL graph calls DGL's C library, which dynamo cannot trace; convert "
+                               "graphs before the compiled model with seastar_layers.dgl.prepare(g)")
+def _convert(graph) -> _Converted:
+    g = as_graph(graph)
+    converted = _Converted(graph._graph, g, graph.is_block, bool((g.in_indptr[1:] == g.in_indptr[:-1]).any()))
+    graph._seastar_converted = converted
+    return converted
+
+
+def _check_in_degrees(module, converted: _Converted) -> None:
+    if not module._allow_zero_in_degree and converted.zero_in_degree:
         raise dgl.DGLError(ZERO_IN_DEGREE)
+
+
+def _degrees(indptr: torch.Tensor) -> torch.Tensor:
+    return indptr[1:] - indptr[:-1]
 
 
 class GATConv(_DGLGATConv):
@@ -52,7 +93,9 @@ class GATConv(_DGLGATConv):
             _warn_once("GATConv", "get_attention=True")
             return super().forward(graph, feat, edge_weight, get_attention)
         programs.check_features("dgl.GATConv", feat)
-        _check_in_degrees(self, graph)
+        converted = _converted(graph)
+        _check_in_degrees(self, converted)
+        g = converted.graph
         H, F = self._num_heads, self._out_feats
         if isinstance(feat, tuple):
             src_prefix, dst_prefix = feat[0].shape[:-1], feat[1].shape[:-1]
@@ -64,10 +107,10 @@ class GATConv(_DGLGATConv):
             src_prefix = dst_prefix = feat.shape[:-1]
             h_src = h_dst = self.feat_drop(feat)
             feat_src = feat_dst = self.fc(h_src).view(*src_prefix, H, F)
-            if graph.is_block:
-                feat_dst = feat_src[: graph.number_of_dst_nodes()]
-                h_dst = h_dst[: graph.number_of_dst_nodes()]
-                dst_prefix = (graph.number_of_dst_nodes(),) + dst_prefix[1:]
+            if converted.is_block:
+                feat_dst = feat_src[: g.num_dst]
+                h_dst = h_dst[: g.num_dst]
+                dst_prefix = (g.num_dst,) + dst_prefix[1:]
         if src_prefix[1:] != dst_prefix[1:]:
             raise ValueError(f"dgl.GATConv: source and destination features must share their middle axes (N, *, D); "
                              f"got {tuple(feat[0].shape)} and {tuple(feat[1].shape)}")
@@ -75,7 +118,6 @@ class GATConv(_DGLGATConv):
         er = (feat_dst * self.attn_r).sum(dim=-1, keepdim=True)
         # (N, *, H, .) features: every (*, head) pair attends on its own, so * folds into the heads
         heads = math.prod(src_prefix[1:]) * H
-        g = as_graph(graph)
         feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
                  "x": feat_src.reshape(-1, heads, F)}
         mask = None
@@ -103,6 +145,24 @@ def _degree_norm(degrees: torch.Tensor, like: torch.Tensor, how: str) -> torch.T
     return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
 
 
+def _edge_weight_norm(g: Graph, edge_weight: torch.Tensor) -> torch.Tensor:
+    """DGL's EdgeWeightNorm(norm="both"): w / sqrt(weighted out-degree of the source * weighted
+    in-degree of the destination), on the converted graph."""
+    if edge_weight.dim() > 1:
+        raise dgl.DGLError("Currently the normalization is only defined on scalar edge weight. Please customize the "
+                           "normalization for your high-dimensional weights.")
+    message = ('Non-positive edge weight detected with `norm="both"`. This leads to square root of zero or negative '
+               "values.")
+    if torch.compiler.is_compiling():
+        torch._assert_async((edge_weight > 0).all(), message.replace('"', "'"))  # inductor does not escape " in C++
+    elif bool((edge_weight <= 0).any()):
+        raise dgl.DGLError(message)
+    src, dst = g.endpoints()
+    out_weight = edge_weight.new_zeros(g.num_src).index_add(0, src, edge_weight)
+    in_weight = edge_weight.new_zeros(g.num_dst).index_add(0, dst, edge_weight)
+    return torch.pow(out_weight, -0.5)[src] * torch.pow(in_weight, -0.5)[dst] * edge_weight
+
+
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """(N, *) features as (N, F): with one scalar per edge, every feature axis is one more channel,
     so the prebuilt kernels serve every feature shape."""
@@ -126,20 +186,24 @@ class GraphConv(_DGLGraphConv):
 
     def forward(self, graph, feat, weight=None, edge_weight=None):
         programs.check_features("dgl.GraphConv", feat)
-        _check_in_degrees(self, graph)
-        feat_src, feat_dst = dgl.utils.expand_as_pair(feat, graph)
-        if edge_weight is not None and edge_weight.shape[0] != graph.num_edges():
-            raise ValueError(f"'edge_weight' must have one value per edge ({graph.num_edges()}), "
+        converted = _converted(graph)
+        _check_in_degrees(self, converted)
+        g = converted.graph
+        if isinstance(feat, tuple):  # as dgl.utils.expand_as_pair
+            feat_src, feat_dst = feat
+        else:
+            feat_src, feat_dst = feat, feat[:g.num_dst] if converted.is_block else feat
+        if edge_weight is not None and edge_weight.shape[0] != g.num_edges:
+            raise ValueError(f"'edge_weight' must have one value per edge ({g.num_edges}), "
                              f"got shape {tuple(edge_weight.shape)}")
         if self._norm in ("left", "both"):
-            feat_src = feat_src * _degree_norm(graph.out_degrees(), feat_src, self._norm)
+            feat_src = feat_src * _degree_norm(_degrees(g.out_indptr), feat_src, self._norm)
         if weight is not None:
             if self.weight is not None:
                 raise dgl.DGLError("External weight is provided while at the same time the module has defined its "
                                    "own weight parameter. Please create the module with flag weight=False.")
         else:
             weight = self.weight
-        g = as_graph(graph)
 
         if self._in_feats > self._out_feats:  # multiply first when that makes the messages narrower, as DGL
             rst = _weighted_sum(g, torch.matmul(feat_src, weight) if weight is not None else feat_src, edge_weight)
@@ -148,7 +212,7 @@ class GraphConv(_DGLGraphConv):
             if weight is not None:
                 rst = torch.matmul(rst, weight)
         if self._norm in ("right", "both"):
-            rst = rst * _degree_norm(graph.in_degrees(), feat_dst, self._norm)
+            rst = rst * _degree_norm(_degrees(g.in_indptr), feat_dst, self._norm)
         if self.bias is not None:
             rst = rst + self.bias
         if self._activation is not None:
@@ -162,16 +226,16 @@ class APPNPConv(_DGLAPPNPConv):
 
     def forward(self, graph, feat, edge_weight=None):
         programs.check_features("dgl.APPNPConv", feat)
-        g = as_graph(graph)
+        g = _converted(graph).graph
         if g.num_src != g.num_dst:  # DGL's own layer fails on blocks with an AssertionError
             raise dgl.DGLError(f"APPNPConv propagates K steps over one set of vertices, but the graph has {g.num_src} "
                                f"source and {g.num_dst} destination vertices (a block or bipartite graph); "
                                "pass a homogeneous graph")
         if edge_weight is None:
-            src_norm = _degree_norm(graph.out_degrees(), feat, "both").view(-1, 1)
-            dst_norm = _degree_norm(graph.in_degrees(), feat, "both").view(-1, 1)
+            src_norm = _degree_norm(_degrees(g.out_indptr), feat, "both").view(-1, 1)
+            dst_norm = _degree_norm(_degrees(g.in_indptr), feat, "both").view(-1, 1)
         else:
-            edge_weight = EdgeWeightNorm("both")(graph, edge_weight)
+            edge_weight = _edge_weight_norm(g, edge_weight)
         alpha = feat.new_tensor(self._alpha)
         feat_0 = h = _rows(feat)
         for _ in range(self._k):

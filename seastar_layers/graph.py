@@ -49,14 +49,16 @@ class Graph:
         graph._assign(arrays, num_src, num_dst)
         return graph
 
-    def _assign(self, arrays, num_src: int, num_dst: int) -> None:
+    def _assign(self, arrays, num_src: int, num_dst: int, listed: torch.Tensor | None = None) -> None:
         self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid = arrays
         self.num_src, self.num_dst = num_src, num_dst
+        self.listed = listed  # which edge slots belong to rows, where some do not (see csr_layouts)
         self._degree_cache: dict[torch.dtype, torch.Tensor] = {}
         self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def num_edges(self) -> int:
+        """Edge slots: per-edge tensors have one row each (all are edges unless `listed` says otherwise)."""
         return self.in_src.numel()
 
     @property
@@ -79,6 +81,13 @@ class Graph:
                                  for indptr in (self.in_indptr, self.out_indptr))
         return self._orders
 
+    def endpoints(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The source and the destination of every edge slot, by edge id (sizes follow from the graph's)."""
+        positions = torch.arange(self.num_edges, device=self.device)
+        rows = torch.searchsorted(self.in_indptr, positions, right=True) - 1
+        src = torch.empty_like(self.in_src).scatter_(0, self.in_eid, self.in_src)
+        return src, torch.empty_like(rows).scatter_(0, self.in_eid, rows)
+
     def in_degree(self, dtype: torch.dtype) -> torch.Tensor:
         """In-degree of every destination as a (num_dst,) tensor of dtype, cached."""
         if dtype not in self._degree_cache:
@@ -97,16 +106,30 @@ class Graph:
             raise ValueError(f"'edge_index' must have shape (2, E), got {tuple(edge_index.shape)}")
         if edge_index.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"'edge_index' must hold int32 or int64 indices, got {edge_index.dtype}")
-        edge_index = edge_index.to(torch.int64)
-        src, dst = edge_index[0].contiguous(), edge_index[1].contiguous()
-        if edge_index.numel() and int(edge_index.min()) < 0:
-            raise ValueError("Found negative indices in 'edge_index'; vertex indices start at 0")
         num_src, num_dst = _sizes(edge_index, size)
-        for name, idx, n in (("source (row 0)", src, num_src), ("destination (row 1)", dst, num_dst)):
-            if idx.numel() and int(idx.max()) >= n:
-                raise ValueError(f"Found {name} indices in 'edge_index' that are larger than {n - 1} (got "
-                                 f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
-        return cls._from_checked(csr_layouts(src, dst, num_src, num_dst), num_src, num_dst)
+        return cls.from_edges(edge_index[0], edge_index[1], num_src, num_dst)
+
+    @classmethod
+    def from_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int,
+                   listed: torch.Tensor | None = None) -> "Graph":
+        """From edges src[k] -> dst[k] (1-d integer tensors); where `listed` is given, only the edges
+        it marks belong to rows (csr_layouts). Inside a traced model (torch.compile, torch.export)
+        the index checks are asserts the compiled graph runs."""
+        src, dst = src.to(torch.int64), dst.to(torch.int64)
+        if torch.compiler.is_compiling():
+            in_range = ((src >= 0) & (src < num_src)).all() & ((dst >= 0) & (dst < num_dst)).all()
+            torch._assert_async(in_range, "Found indices in 'edge_index' that are negative or not smaller than the "
+                                          "number of vertices; pass edges between the vertices")
+        else:
+            if src.numel() and min(int(src.min()), int(dst.min())) < 0:
+                raise ValueError("Found negative indices in 'edge_index'; vertex indices start at 0")
+            for name, idx, n in (("source (row 0)", src, num_src), ("destination (row 1)", dst, num_dst)):
+                if idx.numel() and int(idx.max()) >= n:
+                    raise ValueError(f"Found {name} indices in 'edge_index' that are larger than {n - 1} (got "
+                                     f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
+        graph = cls._from_checked(csr_layouts(src, dst, num_src, num_dst, listed), num_src, num_dst)
+        graph.listed = listed
+        return graph
 
     @classmethod
     def from_sorted_edge_index(cls, edge_index, size) -> Graph:

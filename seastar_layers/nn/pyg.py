@@ -16,10 +16,10 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import add_self_loops, remove_self_loops
+from torch_geometric.utils import scatter
 
 from ..graph import Graph, as_graph
-from . import programs
+from . import edges, programs
 
 _warned: set[tuple[str, str]] = set()
 
@@ -51,16 +51,29 @@ def _unfused_reason(layer: MessagePassing) -> str | None:
     return None
 
 
-def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int) -> Tensor | None:
+def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int, input_edges: int) -> Tensor | None:
     """In explain mode PyG multiplies every message by its edge's mask (PyG's explain_message:
-    sigmoid, self-loops the layer added at 1). The same factor, one per propagated edge in edge
-    order, is fused as an edge weight; gradients reach the mask through it."""
+    sigmoid, self-loops the layer added at 1). The same factor, one per edge slot, is fused as an
+    edge weight; gradients reach the mask through it. The mask covers the `input_edges` the user
+    gave; self-loop slots the layer appended after them (nn/edges.py) get 1, as in PyG."""
     if not layer.explain:
         return None
     shape = [1] * message_dims
-    shape[layer.node_dim] = graph.num_edges
+    shape[layer.node_dim] = input_edges
     ones = torch.ones(shape, dtype=layer._edge_mask.dtype if layer._edge_mask is not None else torch.float32)
-    return layer.explain_message(ones, graph.num_dst).reshape(graph.num_edges)
+    factor = layer.explain_message(ones, graph.num_dst).reshape(input_edges)
+    return torch.cat([factor, factor.new_ones(graph.num_edges - input_edges)])
+
+
+def _edge_dropout(graph: Graph, values: Tensor, p: float) -> Tensor:
+    """F.dropout of per-slot values as PyG's layer draws it: over its own edges (the listed slots,
+    in its order), so that the same seed gives the same masks. Inside a traced model, where their
+    number is data-dependent, over every slot (the same distribution, not PyG's draws)."""
+    if graph.listed is None or torch.compiler.is_compiling():
+        return F.dropout(values, p=p)
+    dropped = torch.zeros_like(values)
+    dropped[graph.listed] = F.dropout(values[graph.listed], p=p)
+    return dropped
 
 
 def _edge_list(edge_index, edge_weight=None):
@@ -98,20 +111,21 @@ def _check_flow(layer: MessagePassing, edge_index) -> None:
                          'module, e.g., `adj_t.t()`.')
 
 
-def _message_graph(layer: MessagePassing, source, size: tuple[int, int], key: tuple = (), process=None) -> Graph:
-    """The graph messages travel along, cached per user graph object: the edges of `source` after
-    `process(edge_index)` (self-loops, normalisation), reversed for flow="target_to_source".
-    size is (senders, receivers)."""
+def _message_graph(layer: MessagePassing, source, src: Tensor, dst: Tensor, size: tuple[int, int],
+                   listed: Tensor | None = None, key: tuple = ()) -> Graph:
+    """The graph messages travel along: the edge slots src -> dst that `source` (the user's graph
+    object) gives after the layer's processing (`key` names it; `listed`: nn/edges.py), reversed
+    for flow="target_to_source"; size is (senders, receivers). Built once per graph object and
+    processing; inside a traced model, on every call, as part of the compiled graph."""
     flip = layer.flow == "target_to_source"
-    if process is None and not flip and not _is_sparse(source):
+    compiling = torch.compiler.is_compiling()
+    if listed is None and not flip and not compiling and not _is_sparse(source):
         return as_graph(source, size)  # a sorted EdgeIndex brings its own CSR/CSC
-
-    def build(plain):
-        edges = _edge_list(plain)[0]
-        edges = process(edges) if process is not None else edges
-        return Graph.from_edge_index(edges.flip(0) if flip else edges, size)
-
-    return as_graph(source, None, (layer.flow, size) + key, build)
+    senders, receivers = (dst, src) if flip else (src, dst)
+    if compiling:
+        return Graph.from_edges(senders, receivers, *size, listed)
+    return as_graph(source, None, (layer.flow, size) + key,
+                    lambda _: Graph.from_edges(senders, receivers, *size, listed))
 
 
 class _StockTemplates:
@@ -193,8 +207,8 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
         mask = None
         if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
-            mask = F.dropout(x_src.new_ones(graph.num_edges, H, 1), p=self.dropout)
-        explained = _explain_factor(self, graph, 3)
+            mask = _edge_dropout(graph, x_src.new_ones(graph.num_edges, H, 1), self.dropout)
+        explained = _explain_factor(self, graph, 3, plain.size(1))
         if explained is not None:
             explained = explained.to(x_src.dtype).view(-1, 1, 1)
             mask = explained.expand(graph.num_edges, H, 1) if mask is None else mask * explained
@@ -210,19 +224,27 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
 
     def _graph(self, edge_index, plain, edge_attr, num_src, num_dst, size, x_dst):
         if not self.add_self_loops:
-            return _message_graph(self, edge_index, (num_src, num_dst)), edge_attr
+            return _message_graph(self, edge_index, plain[0], plain[1], (num_src, num_dst)), edge_attr
         loops = num_src if x_dst is None else min(num_src, x_dst.size(0))
         loops = min(size) if size is not None else loops
-
-        def with_self_loops(ei):
-            ei, _ = remove_self_loops(ei)
-            return add_self_loops(ei, num_nodes=loops)[0]
-
-        graph = _message_graph(self, edge_index, (num_src, num_dst), ("gat-self-loops", loops), with_self_loops)
-        if edge_attr is not None:  # edge features follow the same removal and fill, as in PyG
-            ei, edge_attr = remove_self_loops(plain, edge_attr)
-            _, edge_attr = add_self_loops(ei, edge_attr, fill_value=self.fill_value, num_nodes=loops)
+        src, dst, listed = edges.with_self_loops(plain[0], plain[1], loops)
+        graph = _message_graph(self, edge_index, src, dst, (num_src, num_dst), listed, ("gat-self-loops", loops))
+        if edge_attr is not None:  # the loops' edge features, filled as in PyG
+            edge_attr = torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
         return graph, edge_attr
+
+
+def _loop_attr(edge_attr: Tensor, plain: Tensor, loops: int, fill_value) -> Tensor:
+    """PyG's add_self_loops fill for the loops' edge features (compute_loop_attr), over the edges
+    it keeps: the others go to a spare row, dropped."""
+    shape = (loops, *edge_attr.shape[1:])
+    if fill_value is None or isinstance(fill_value, (int, float)):
+        return edge_attr.new_full(shape, 1.0 if fill_value is None else fill_value)
+    if isinstance(fill_value, Tensor):
+        fill = fill_value.to(edge_attr.device, edge_attr.dtype)
+        return (fill if fill.dim() == edge_attr.dim() else fill.unsqueeze(0)).expand(shape).contiguous()
+    kept = (plain[0] != plain[1]) & (plain[1] < loops)
+    return scatter(edge_attr, torch.where(kept, plain[1], loops), 0, loops + 1, fill_value)[:loops]
 
 
 def _num_vertices(layer: MessagePassing, name: str, x: Tensor) -> int:
@@ -244,35 +266,38 @@ def _vertex_rows(layer: MessagePassing, x: Tensor):
 
 
 def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool):
-    """The graph messages travel along and its edge weights: gcn_norm's when the layer normalizes,
-    with PyG's cached=True semantics, and PyG's flow."""
+    """(graph messages travel along, its edge weights, the number of edges the user gave): gcn_norm's
+    weights when the layer normalizes, with PyG's cached=True semantics, and PyG's flow."""
     if layer.normalize and layer.cached and layer._cached_edge_index is not None:
         return layer._cached_edge_index
     n = _num_vertices(layer, name, x)
     _check_flow(layer, edge_index)
+    listed = None
     if layer.normalize and _is_sparse(edge_index):
         # PyG normalises a sparse adjacency in its own way (self-loops added, not "remaining")
         normalized = gcn_norm(edge_index, None, n, improved, layer.add_self_loops, layer.flow, x.dtype)
         normalized = normalized[0] if isinstance(normalized, tuple) else normalized
         ei, weight, _ = _edge_list(normalized)
+        src, dst, inputs = ei[0], ei[1], ei.size(1)
     else:
         ei, weight, _ = _edge_list(edge_index, edge_weight)
         _check_edge_index(ei)
-        if layer.normalize:
-            ei, weight = gcn_norm(ei, weight, n, improved, layer.add_self_loops, layer.flow, x.dtype)
-    if layer.normalize:
-        graph = _message_graph(layer, edge_index, (n, n), ("gcn", layer.add_self_loops), lambda _: ei)
-    else:
-        graph = _message_graph(layer, edge_index, (n, n))
-    result = (graph, weight)
+        src, dst, inputs = ei[0], ei[1], ei.size(1)
+        if layer.normalize and layer.add_self_loops:
+            src, dst, listed = edges.with_self_loops(src, dst, n)
+    key = ("gcn", layer.add_self_loops) if layer.normalize else ()
+    graph = _message_graph(layer, edge_index, src, dst, (n, n), listed, key)  # checks the indices first
+    if layer.normalize and not _is_sparse(edge_index):
+        weight = edges.gcn_weights(src, dst, listed, weight, n, improved, layer.flow == "source_to_target", x.dtype)
+    result = (graph, weight, inputs)
     if layer.normalize and layer.cached:
         layer._cached_edge_index = result
     return result
 
 
-def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int) -> Tensor | None:
+def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int, inputs: int) -> Tensor | None:
     """The per-edge multiplier of a weighted sum: the edge weights, times the explanation mask in explain mode."""
-    explained = _explain_factor(layer, graph, message_dims)
+    explained = _explain_factor(layer, graph, message_dims, inputs)
     if explained is None:
         return weight
     return explained if weight is None else weight * explained
@@ -293,11 +318,11 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
             _warn_once("GCNConv", unfused)
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("GCNConv", x)
-        graph, weight = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
+        graph, weight, inputs = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
         x = self.lin(x)
         rows, restore = _vertex_rows(self, x)
         feats = {"x": rows}
-        weight = _edge_weights(self, graph, weight, x.dim())
+        weight = _edge_weights(self, graph, weight, x.dim(), inputs)
         if weight is not None:
             feats["w"] = weight.to(x.dtype)
         out = restore(programs.WEIGHTED_SUM(graph, **feats)[0])
@@ -317,15 +342,15 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
             _warn_once("APPNP", unfused)
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("APPNP", x)
-        graph, weight = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
-        explained = _explain_factor(self, graph, x.dim())
+        graph, weight, inputs = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
+        explained = _explain_factor(self, graph, x.dim(), inputs)
         rows, restore = _vertex_rows(self, x)
         alpha = x.new_tensor(self.alpha)
         h = out = rows
         for _ in range(self.K):
             w = weight
             if self.dropout > 0 and self.training:
-                w = F.dropout(rows.new_ones(graph.num_edges) if w is None else w, p=self.dropout)
+                w = _edge_dropout(graph, rows.new_ones(graph.num_edges) if w is None else w, self.dropout)
             if explained is not None:
                 w = explained if w is None else w * explained
             feats = {"x": out, "h": h}
