@@ -77,8 +77,7 @@ class Graph:
 
     def row_orders(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._orders is None:
-            self._orders = tuple(torch.argsort(indptr[1:] - indptr[:-1], descending=True, stable=True)
-                                 for indptr in (self.in_indptr, self.out_indptr))
+            self._orders = (heaviest_first(self.in_indptr), heaviest_first(self.out_indptr))
         return self._orders
 
     def endpoints(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,9 +116,7 @@ class Graph:
         the index checks are asserts the compiled graph runs."""
         src, dst = src.to(torch.int64), dst.to(torch.int64)
         if torch.compiler.is_compiling():
-            in_range = ((src >= 0) & (src < num_src)).all() & ((dst >= 0) & (dst < num_dst)).all()
-            torch._assert_async(in_range, "Found indices in 'edge_index' that are negative or not smaller than the "
-                                          "number of vertices; pass edges between the vertices")
+            check_edges(src, dst, num_src, num_dst)
         else:
             if src.numel() and min(int(src.min()), int(dst.min())) < 0:
                 raise ValueError("Found negative indices in 'edge_index'; vertex indices start at 0")
@@ -200,6 +197,38 @@ def csr_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Op
     in_indptr, in_eid = _csr(dst, num_dst, listed)
     out_indptr, out_eid = _csr(src, num_src, listed)
     return [in_indptr, src[in_eid], in_eid, out_indptr, dst[out_eid], out_eid]
+
+
+def graph_tensors(src: Tensor, dst: Tensor, num_src: int, num_dst: int,
+                  listed: Optional[Tensor] = None) -> list[Tensor]:
+    """Graph.from_edges(...).tensors() for the graph's device, built whole on every call and
+    TorchScript-compatible: what a scripted layer passes its op."""
+    src, dst = src.to(torch.int64), dst.to(torch.int64)
+    check_edges(src, dst, num_src, num_dst)
+    arrays = csr_layouts(src, dst, num_src, num_dst, listed)
+    if src.is_cuda:
+        arrays += [heaviest_first(arrays[0]), heaviest_first(arrays[3])]
+    return arrays
+
+
+def check_edges(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> None:
+    """That every index is a vertex, in a traced or scripted model, where Graph.from_edges' checks
+    (with messages naming the index) cannot run: an assert the compiled graph runs without waiting
+    for the device; in TorchScript, which drops such asserts, a check."""
+    in_range = ((src >= 0) & (src < num_src)).all() & ((dst >= 0) & (dst < num_dst)).all()
+    message = "Found indices in 'edge_index' that are negative or not smaller than the number of vertices; pass " \
+              "edges between the vertices"
+    if torch.jit.is_scripting():
+        if not bool(in_range):
+            raise ValueError(message)
+    else:
+        torch._assert_async(in_range, message)
+
+
+def heaviest_first(indptr: Tensor) -> Tensor:
+    """The rows of a CSR by degree, heaviest first (GPU kernels take rows in this order, so hubs
+    start early, not last)."""
+    return torch.argsort(indptr[1:] - indptr[:-1], descending=True, stable=True)
 
 
 def _csr(keys: Tensor, n: int, listed: Optional[Tensor]) -> tuple[Tensor, Tensor]:

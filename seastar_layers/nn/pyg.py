@@ -6,8 +6,8 @@ and everything that touches edges runs as one fused vertex program.
 """
 from __future__ import annotations
 
-import math
 import warnings
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +18,8 @@ from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import scatter
 
-from ..graph import Graph, as_graph
+from ..graph import Graph, as_graph, graph_tensors
+from ..runtime import library
 from . import edges, programs
 
 _warned: set[tuple[str, str]] = set()
@@ -65,15 +66,18 @@ def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int, inpu
     return torch.cat([factor, factor.new_ones(graph.num_edges - input_edges)])
 
 
-def _edge_dropout(graph: Graph, values: Tensor, p: float) -> Tensor:
-    """F.dropout of per-slot values as PyG's layer draws it: over its own edges (the listed slots,
-    in its order), so that the same seed gives the same masks. Inside a traced model, where their
-    number is data-dependent, over every slot (the same distribution, not PyG's draws)."""
-    if graph.listed is None or torch.compiler.is_compiling():
+def _edge_dropout(values: Tensor, p: float, listed: Optional[Tensor]) -> Tensor:
+    """F.dropout of per-slot values as PyG's layer draws it: over its own edges (the `listed` slots,
+    in its order), so that the same seed gives the same masks. Inside a traced or scripted model,
+    where their number is data-dependent, over every slot (the same distribution, not PyG's draws)."""
+    if torch.jit.is_scripting():
         return F.dropout(values, p=p)
-    dropped = torch.zeros_like(values)
-    dropped[graph.listed] = F.dropout(values[graph.listed], p=p)
-    return dropped
+    else:
+        if listed is None or torch.compiler.is_compiling():
+            return F.dropout(values, p=p)
+        dropped = torch.zeros_like(values)
+        dropped[listed] = F.dropout(values[listed], p=p)
+        return dropped
 
 
 def _edge_list(edge_index, edge_weight=None):
@@ -145,10 +149,29 @@ class _StockTemplates:
                 stock(*self._stock_example)
 
 
-def _check_static(layer: str, x: Tensor, in_channels) -> None:
+def _shape(x: Tensor) -> str:
+    """A tensor's shape as Python prints a tuple, for messages (also in TorchScript)."""
+    sizes = [str(d) for d in x.shape]
+    return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+
+
+def _check_static(x: Tensor) -> None:
     if x.dim() != 2:  # PyG asserts the same ("Static graphs not supported in 'GATConv'")
-        raise ValueError(f"{layer} expects node features of shape (N, {in_channels}), got {tuple(x.shape)}; "
-                         "like PyG's, it does not support static graphs (a batch axis before the vertex axis)")
+        raise ValueError("GATConv expects node features of shape (N, F), got " + _shape(x) + "; like PyG's, it does "
+                         "not support static graphs (a batch axis before the vertex axis)")
+
+
+def _not_scriptable(layer: MessagePassing, name: str) -> None:
+    """torch.jit.script(layer) scripts the fused path (each forward's scripted branch); what only
+    PyG's own message passing or Python can do is refused when scripting starts, by name."""
+    reason = _unfused_reason(layer)
+    if reason is None and layer.explain:
+        reason = "explain mode"
+    if reason is None and getattr(layer, "cached", False):
+        reason = "cached=True"
+    if reason is not None:
+        raise RuntimeError(f"seastar_layers.{name}: {reason} cannot be scripted (it runs PyG's own message passing or "
+                           f"a Python-side cache); script torch_geometric.nn.{name} for it, or drop the option")
 
 
 class GATConv(_StockTemplates, pyg_nn.GATConv):
@@ -157,7 +180,15 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
                "materialising the E x heads x channels message tensor.\n\n" + (pyg_nn.GATConv.__doc__ or ""))
     _stock_example = (1, 1)
 
-    def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
+                edge_attr: Optional[Tensor] = None, size: Optional[Tuple[int, int]] = None,
+                return_attention_weights: Optional[bool] = None) -> Tensor:
+        if torch.jit.is_scripting():
+            return self._scripted(x, edge_index, edge_attr, size, return_attention_weights)
+        else:
+            return self._eager(x, edge_index, edge_attr, size, return_attention_weights)
+
+    def _eager(self, x, edge_index, edge_attr, size, return_attention_weights):
         unfused = _unfused_reason(self)
         if unfused is None and return_attention_weights is not None:
             unfused = "return_attention_weights"
@@ -167,54 +198,106 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         if type(edge_index).__name__ == "SparseTensor" and self.add_self_loops and self.edge_dim is not None:
             return super().forward(x, edge_index, edge_attr, size)  # PyG raises its own NotImplementedError
         programs.check_features("GATConv", x)
-        H, C = self.heads, self.out_channels
-        res = None
-        # (senders, receivers) features, whichever the flow, as PyG's rendered propagate() reads them
-        if isinstance(x, Tensor):
-            _check_static("GATConv", x, self.in_channels)
-            if self.res is not None:
-                res = self.res(x)
-            if self.lin is not None:
-                x_src = x_dst = self.lin(x).view(-1, H, C)
-            else:
-                x_src, x_dst = self.lin_src(x).view(-1, H, C), self.lin_dst(x).view(-1, H, C)
-        else:
-            x_src, x_dst = x
-            _check_static("GATConv", x_src, self.in_channels)
-            if x_dst is not None and self.res is not None:
-                res = self.res(x_dst)
-            lin_src = self.lin if self.lin is not None else self.lin_src
-            lin_dst = self.lin if self.lin is not None else self.lin_dst
-            x_src = lin_src(x_src).view(-1, H, C)
-            x_dst = lin_dst(x_dst).view(-1, H, C) if x_dst is not None else None
-
-        a_src = (x_src * self.att_src).sum(-1, keepdim=True)
-        a_dst = (x_dst * self.att_dst).sum(-1, keepdim=True) if x_dst is not None else None
+        library.require()
+        x_src, x_dst, res = self._project(x)
         _check_flow(self, edge_index)
         plain, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
         _check_edge_index(plain)
         size = size if size is not None else sparse_size
-        num_src = x_src.size(0)
-        num_dst = size[1] if size is not None else (x_dst.size(0) if x_dst is not None else num_src)
-        graph, edge_attr = self._graph(edge_index, plain, edge_attr, num_src, num_dst, size, x_dst)
-
-        feats = {"a_src": a_src, "x": x_src}
-        if a_dst is not None:
-            feats["a_dst"] = a_dst
-        if edge_attr is not None and self.lin_edge is not None:
-            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
-            e = self.lin_edge(edge_attr).view(-1, H, C)
-            feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
+        num_dst = self._num_dst(x_src, x_dst, size)
+        src, dst, listed, edge_attr, loops = self._edges(plain, edge_attr, x_src, x_dst, size)
+        key = ("gat-self-loops", loops) if self.add_self_loops else ()
+        graph = _message_graph(self, edge_index, src, dst, (x_src.size(0), num_dst), listed, key)
+        H = self.heads
         mask = None
         if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
-            mask = _edge_dropout(graph, x_src.new_ones(graph.num_edges, H, 1), self.dropout)
+            mask = _edge_dropout(x_src.new_ones(graph.num_edges, H, 1), self.dropout, graph.listed)
         explained = _explain_factor(self, graph, 3, plain.size(1))
         if explained is not None:
             explained = explained.to(x_src.dtype).view(-1, 1, 1)
             mask = explained.expand(graph.num_edges, H, 1) if mask is None else mask * explained
+        graph_tensors = graph.tensors(with_orders=graph.device.type == "cuda")
+        return self._attend(graph_tensors, x_src, x_dst, res, edge_attr, mask)
+
+    def _scripted(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
+                  edge_attr: Optional[Tensor], size: Optional[Tuple[int, int]],
+                  return_attention_weights: Optional[bool]) -> Tensor:
+        if return_attention_weights is not None:
+            raise RuntimeError("seastar_layers.GATConv: return_attention_weights runs PyG's own GATConv, which "
+                               "cannot be scripted through seastar_layers; script torch_geometric.nn.GATConv for it")
+        if edge_index.is_sparse:
+            raise ValueError("a scripted seastar_layers.GATConv takes an edge_index of shape (2, E), not a sparse "
+                             "adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
+        x_src, x_dst, res = self._project(x)
+        num_dst = self._num_dst(x_src, x_dst, size)
+        src, dst, listed, edge_attr, loops = self._edges(edge_index, edge_attr, x_src, x_dst, size)
+        if self.flow == "target_to_source":
+            src, dst = dst, src
+        graph = graph_tensors(src, dst, x_src.size(0), num_dst, listed)
+        mask: Optional[Tensor] = None
+        if self.training and self.dropout > 0:
+            mask = _edge_dropout(torch.ones(graph[1].numel(), self.heads, 1, dtype=x_src.dtype, device=x_src.device),
+                                 self.dropout, listed)
+        return self._attend(graph, x_src, x_dst, res, edge_attr, mask)
+
+    def _project(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]]
+                 ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+        """(senders' features, receivers' features or None, residual or None), projected as PyG's
+        forward projects them, whichever the flow (as its rendered propagate() reads a pair)."""
+        H, C = self.heads, self.out_channels
+        res: Optional[Tensor] = None
+        if isinstance(x, Tensor):
+            _check_static(x)
+            if self.res is not None:
+                res = self.res(x)
+            if self.lin is not None:
+                x_src = self.lin(x).view(-1, H, C)
+                return x_src, x_src, res
+            return self.lin_src(x).view(-1, H, C), self.lin_dst(x).view(-1, H, C), res
+        x_src, x_dst = x[0], x[1]
+        _check_static(x_src)
+        if x_dst is not None and self.res is not None:
+            res = self.res(x_dst)
+        if self.lin is not None:
+            return self.lin(x_src).view(-1, H, C), None if x_dst is None else self.lin(x_dst).view(-1, H, C), res
+        return self.lin_src(x_src).view(-1, H, C), None if x_dst is None else self.lin_dst(x_dst).view(-1, H, C), res
+
+    def _num_dst(self, x_src: Tensor, x_dst: Optional[Tensor], size: Optional[Tuple[int, int]]) -> int:
+        if size is not None:
+            return size[1]
+        return x_dst.size(0) if x_dst is not None else x_src.size(0)
+
+    def _edges(self, plain: Tensor, edge_attr: Optional[Tensor], x_src: Tensor, x_dst: Optional[Tensor],
+               size: Optional[Tuple[int, int]]) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor], int]:
+        """(src, dst, listed, edge features) slots after PyG's self-loop handling (nn/edges.py), and
+        the number of loops added."""
+        if not self.add_self_loops:
+            return plain[0], plain[1], None, edge_attr, 0
+        loops = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
+        if size is not None:
+            loops = min(size[0], size[1])
+        src, dst, listed = edges.with_self_loops(plain[0], plain[1], loops)
+        if edge_attr is not None:  # the loops' edge features, filled as in PyG
+            edge_attr = torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
+        return src, dst, listed, edge_attr, loops
+
+    def _attend(self, graph: List[Tensor], x_src: Tensor, x_dst: Optional[Tensor], res: Optional[Tensor],
+                edge_attr: Optional[Tensor], mask: Optional[Tensor]) -> Tensor:
+        """Attention and aggregation in one op over the message graph's tensors, then PyG's head
+        merge, residual and bias."""
+        H, C = self.heads, self.out_channels
+        a_src = (x_src * self.att_src).sum(-1, keepdim=True)
+        a_dst: Optional[Tensor] = None
+        if x_dst is not None:
+            a_dst = (x_dst * self.att_dst).sum(-1, keepdim=True)
+        a_edge: Optional[Tensor] = None
+        if edge_attr is not None and self.lin_edge is not None:
+            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+            a_edge = (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(-1, keepdim=True)
         if mask is not None:
-            feats["mask"] = mask.contiguous()
-        out = programs.GAT_ATTENTION(graph, slope=x_src.new_tensor(self.negative_slope), **feats)[0]
+            mask = mask.contiguous()
+        slope = torch.full((), self.negative_slope, dtype=x_src.dtype, device=x_src.device)
+        out = torch.ops.seastar_layers.gat_attention(graph, a_src, x_src, slope, a_dst, a_edge, mask)[0][0]
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
@@ -222,24 +305,20 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             out = out + self.bias
         return out
 
-    def _graph(self, edge_index, plain, edge_attr, num_src, num_dst, size, x_dst):
-        if not self.add_self_loops:
-            return _message_graph(self, edge_index, plain[0], plain[1], (num_src, num_dst)), edge_attr
-        loops = num_src if x_dst is None else min(num_src, x_dst.size(0))
-        loops = min(size) if size is not None else loops
-        src, dst, listed = edges.with_self_loops(plain[0], plain[1], loops)
-        graph = _message_graph(self, edge_index, src, dst, (num_src, num_dst), listed, ("gat-self-loops", loops))
-        if edge_attr is not None:  # the loops' edge features, filled as in PyG
-            edge_attr = torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
-        return graph, edge_attr
+    def __prepare_scriptable__(self):
+        _not_scriptable(self, "GATConv")
+        return self
 
 
-def _loop_attr(edge_attr: Tensor, plain: Tensor, loops: int, fill_value) -> Tensor:
+def _loop_attr(edge_attr: Tensor, plain: Tensor, loops: int,
+               fill_value: Union[float, int, Tensor, str, None]) -> Tensor:
     """PyG's add_self_loops fill for the loops' edge features (compute_loop_attr), over the edges
     it keeps: the others go to a spare row, dropped."""
-    shape = (loops, *edge_attr.shape[1:])
-    if fill_value is None or isinstance(fill_value, (int, float)):
-        return edge_attr.new_full(shape, 1.0 if fill_value is None else fill_value)
+    shape = [loops] + list(edge_attr.shape[1:])
+    if fill_value is None:
+        return edge_attr.new_full(shape, 1.0)
+    if isinstance(fill_value, (int, float)):
+        return edge_attr.new_full(shape, float(fill_value))
     if isinstance(fill_value, Tensor):
         fill = fill_value.to(edge_attr.device, edge_attr.dtype)
         return (fill if fill.dim() == edge_attr.dim() else fill.unsqueeze(0)).expand(shape).contiguous()
@@ -247,22 +326,28 @@ def _loop_attr(edge_attr: Tensor, plain: Tensor, loops: int, fill_value) -> Tens
     return scatter(edge_attr, torch.where(kept, plain[1], loops), 0, loops + 1, fill_value)[:loops]
 
 
-def _num_vertices(layer: MessagePassing, name: str, x: Tensor) -> int:
-    if not -x.dim() <= layer.node_dim < x.dim():
-        raise ValueError(f"{name} reads vertices along node_dim={layer.node_dim}, but the node features have shape "
-                         f"{tuple(x.shape)}; pass (N, F) features, or (B, N, F) with node_dim=-2")
-    return x.size(layer.node_dim)
+def _num_vertices(name: str, node_dim: int, x: Tensor) -> int:
+    if not -x.dim() <= node_dim < x.dim():
+        raise ValueError(name + " reads vertices along node_dim=" + str(node_dim) + ", but the node features have "
+                         "shape " + _shape(x) + "; pass (N, F) features, or (B, N, F) with node_dim=-2")
+    return x.size(node_dim)
 
 
-def _vertex_rows(layer: MessagePassing, x: Tensor):
+def _to_rows(x: Tensor, node_dim: int) -> Tuple[Tensor, List[int], int]:
     """x as one row per vertex: PyG's node_dim axis first and every other axis folded into the
-    features (a batch of feature sets over one static graph is one wider feature set), and the
-    function that puts a result of the same layout back. A no-op for (N, F) features."""
-    axis = layer.node_dim % x.dim()
+    features (a batch of feature sets over one static graph is one wider feature set), and what
+    _from_rows needs to put a result of the same layout back. A no-op for (N, F) features."""
+    axis = node_dim % x.dim()
     moved = x.movedim(axis, 0)
-    features = moved.shape[1:]
-    return moved.reshape(moved.size(0), math.prod(features)), \
-        lambda out: out.reshape(out.size(0), *features).movedim(0, axis)
+    features = list(moved.shape[1:])
+    width = 1
+    for size in features:
+        width *= size
+    return moved.reshape(moved.size(0), width).contiguous(), features, axis
+
+
+def _from_rows(out: Tensor, features: List[int], axis: int) -> Tensor:
+    return out.reshape([out.size(0)] + features).movedim(0, axis)
 
 
 def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool):
@@ -270,7 +355,7 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
     weights when the layer normalizes, with PyG's cached=True semantics, and PyG's flow."""
     if layer.normalize and layer.cached and layer._cached_edge_index is not None:
         return layer._cached_edge_index
-    n = _num_vertices(layer, name, x)
+    n = _num_vertices(name, layer.node_dim, x)
     _check_flow(layer, edge_index)
     listed = None
     if layer.normalize and _is_sparse(edge_index):
@@ -295,6 +380,26 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
     return result
 
 
+def _scripted_propagation(layer_name: str, node_dim: int, x: Tensor, edge_index: Tensor,
+                          edge_weight: Optional[Tensor], normalize: bool, add_self_loops: bool, improved: bool,
+                          flow: str) -> Tuple[List[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """_propagation in a scripted layer: (graph tensors, edge weights, listed slots), built on every call."""
+    if edge_index.is_sparse:
+        raise ValueError("a scripted seastar_layers." + layer_name + " takes an edge_index of shape (2, E), not a "
+                         "sparse adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
+    n = _num_vertices(layer_name, node_dim, x)
+    src, dst = edge_index[0], edge_index[1]
+    listed: Optional[Tensor] = None
+    if normalize and add_self_loops:
+        src, dst, listed = edges.with_self_loops(src, dst, n)
+    flip = flow == "target_to_source"
+    graph = graph_tensors(dst if flip else src, src if flip else dst, n, n, listed)
+    weight = edge_weight
+    if normalize:
+        weight = edges.gcn_weights(src, dst, listed, weight, n, improved, not flip, x.dtype)
+    return graph, weight, listed
+
+
 def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int, inputs: int) -> Tensor | None:
     """The per-edge multiplier of a weighted sum: the edge weights, times the explanation mask in explain mode."""
     explained = _explain_factor(layer, graph, message_dims, inputs)
@@ -308,7 +413,15 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
                "weighted-sum sweep.\n\n" + (pyg_nn.GCNConv.__doc__ or ""))
     _stock_example = (1, 1)
 
-    def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:
+        if torch.jit.is_scripting():
+            graph, weight, _ = _scripted_propagation("GCNConv", self.node_dim, x, edge_index, edge_weight,
+                                                     self.normalize, self.add_self_loops, self.improved, self.flow)
+            return self._weighted_sum(graph, x, weight)
+        else:
+            return self._eager(x, edge_index, edge_weight)
+
+    def _eager(self, x, edge_index, edge_weight):
         if isinstance(x, (tuple, list)):
             raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as input while this "
                              "layer does not support bipartite message passing. Please try other layers such as "
@@ -318,17 +431,23 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
             _warn_once("GCNConv", unfused)
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("GCNConv", x)
+        library.require()
         graph, weight, inputs = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
-        x = self.lin(x)
-        rows, restore = _vertex_rows(self, x)
-        feats = {"x": rows}
         weight = _edge_weights(self, graph, weight, x.dim(), inputs)
-        if weight is not None:
-            feats["w"] = weight.to(x.dtype)
-        out = restore(programs.WEIGHTED_SUM(graph, **feats)[0])
+        return self._weighted_sum(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight)
+
+    def _weighted_sum(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor]) -> Tensor:
+        x = self.lin(x)
+        rows, features, axis = _to_rows(x, self.node_dim)
+        out = torch.ops.seastar_layers.weighted_sum(graph, rows, None if weight is None else weight.to(x.dtype))[0][0]
+        out = _from_rows(out, features, axis)
         if self.bias is not None:
             out = out + self.bias
         return out
+
+    def __prepare_scriptable__(self):
+        _not_scriptable(self, "GCNConv")
+        return self
 
 
 class APPNP(_StockTemplates, pyg_nn.APPNP):
@@ -336,25 +455,43 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
                "mixes in the teleport term.\n\n" + (pyg_nn.APPNP.__doc__ or ""))
     _stock_example = (1, 0.0)
 
-    def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:
+        if torch.jit.is_scripting():
+            graph, weight, listed = _scripted_propagation("APPNP", self.node_dim, x, edge_index, edge_weight,
+                                                          self.normalize, self.add_self_loops, False, self.flow)
+            return self._steps(graph, x, weight, None, listed)
+        else:
+            return self._eager(x, edge_index, edge_weight)
+
+    def _eager(self, x, edge_index, edge_weight):
         unfused = _unfused_reason(self)
         if unfused is not None:
             _warn_once("APPNP", unfused)
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("APPNP", x)
+        library.require()
         graph, weight, inputs = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
         explained = _explain_factor(self, graph, x.dim(), inputs)
-        rows, restore = _vertex_rows(self, x)
-        alpha = x.new_tensor(self.alpha)
-        h = out = rows
+        return self._steps(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight, explained, graph.listed)
+
+    def _steps(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], explained: Optional[Tensor],
+               listed: Optional[Tensor]) -> Tensor:
+        """K steps of out = keep * sum_e w[e] * out[u] + alpha * h, each one op, with fresh edge dropout."""
+        rows, features, axis = _to_rows(x, self.node_dim)
+        alpha = torch.full((), self.alpha, dtype=x.dtype, device=x.device)
+        keep = 1 - alpha
+        out = rows
         for _ in range(self.K):
             w = weight
             if self.dropout > 0 and self.training:
-                w = _edge_dropout(graph, rows.new_ones(graph.num_edges) if w is None else w, self.dropout)
+                w = _edge_dropout(torch.ones(graph[1].numel(), dtype=x.dtype, device=x.device) if w is None else w,
+                                  self.dropout, listed)
             if explained is not None:
                 w = explained if w is None else w * explained
-            feats = {"x": out, "h": h}
-            if w is not None:
-                feats["w"] = w.to(x.dtype)
-            out = programs.APPNP_STEP(graph, alpha=alpha, keep=1 - alpha, **feats)[0]
-        return restore(out)
+            out = torch.ops.seastar_layers.appnp_step(graph, out, rows, alpha, keep,
+                                                      None if w is None else w.to(x.dtype))[0][0]
+        return _from_rows(out, features, axis)
+
+    def __prepare_scriptable__(self):
+        _not_scriptable(self, "APPNP")
+        return self

@@ -22,10 +22,15 @@ from .executor import buffer_dtype, buffer_shape
 NAMESPACE = "seastar_layers"
 
 
-def call(family, graph, **tensors) -> list[Tensor]:
-    """Runs torch.ops.seastar_layers.<family>: the program's results on `graph` (a seastar_layers.Graph)."""
+def require() -> None:
+    """Raises, saying why, where the extension that defines the ops was not loaded."""
     if _UNAVAILABLE is not None:
         raise BuildError(f"the layers run their kernels from the extension seastar_layers._C, but {_UNAVAILABLE}")
+
+
+def call(family, graph, **tensors) -> list[Tensor]:
+    """Runs torch.ops.seastar_layers.<family>: the program's results on `graph` (a seastar_layers.Graph)."""
+    require()
     unknown = set(tensors) - set(family.arguments)
     if unknown:
         raise TypeError(f"{NAMESPACE}::{family.name} got unknown arguments {sorted(unknown)}; it takes "
