@@ -33,6 +33,7 @@ using ErrorEntry = const char* (*)();
 constexpr int kGraphArrays = 6;  // in-CSR (indptr, sources, edge ids), out-CSR (indptr, destinations, edge ids)
 constexpr int kGraphSlots = 8;   // and the destination and source rows heaviest first (GPU kernels; optional)
 constexpr int kMaxRank = 6;
+constexpr int64_t kSerialWork = 32768;  // elements: torch's grain size (at::internal::GRAIN_SIZE)
 
 enum class Rows : int8_t { kSrc, kDst, kEdge, kParam };
 
@@ -439,8 +440,8 @@ class Call {
     }
     std::vector<int64_t> dims = dims_;
     dims.push_back(0);
-    const int rc = program.run(sizes_, dims.data(), graph_pointers,
-                               pointers.data(), numels.data(), at::get_num_threads(), stream(device));
+    const int rc = program.run(sizes_, dims.data(), graph_pointers, pointers.data(), numels.data(),
+                               threads(numels), stream(device));
     TORCH_CHECK(rc <= 0, "internal: ", f_.op, "'s kernel entry refused buffer ", rc - 1, " with ",
                 numels[std::max(rc - 1, 0)], " elements");
     TORCH_CHECK_WITH(OutOfMemoryError, rc != -1, f_.op, " kernel failed: ", program.last_error());
@@ -459,6 +460,15 @@ class Call {
     TORCH_CHECK_VALUE(t.device() == graph_[0].device(), f_.op, "_backward: '", list, "'[", index, "] is on ",
                       t.device(), " but the graph is on ", graph_[0].device());
     return t.contiguous();
+  }
+
+  // Threads for a CPU kernel: one where the work is less than torch gives a thread (its grain
+  // size): a parallel region costs more than a small graph's kernel, and on a busy machine far more
+  // (as runtime/executor.py: threads_for).
+  int threads(const std::vector<int64_t>& numels) const {
+    int64_t work = sizes_[2];
+    for (int64_t n : numels) work += n;
+    return work < kSerialWork ? 1 : at::get_num_threads();
   }
 
   static void* stream(const at::Device& device) {

@@ -48,6 +48,7 @@ class _Converted:
     graph: Graph
     is_block: bool
     zero_in_degree: bool  # a destination without in-edges
+    inference: bool  # made in inference mode: its tensors serve no backward
 
 
 def prepare(graph):
@@ -61,7 +62,9 @@ def prepare(graph):
 
 def _converted(graph) -> _Converted:
     found = getattr(graph, "_seastar_converted", None)
-    if found is not None and found.index is graph._graph:
+    # dynamo cannot trace torch.is_inference_mode_enabled(); a traced model reads what prepare() left
+    if found is not None and found.index is graph._graph and (
+            torch.compiler.is_compiling() or found.inference == torch.is_inference_mode_enabled()):
         return found
     return _convert(graph)
 
@@ -70,7 +73,8 @@ def _converted(graph) -> _Converted:
                                "graphs before the compiled model with seastar_layers.dgl.prepare(g)")
 def _convert(graph) -> _Converted:
     g = as_graph(graph)
-    converted = _Converted(graph._graph, g, graph.is_block, bool((g.in_indptr[1:] == g.in_indptr[:-1]).any()))
+    converted = _Converted(graph._graph, g, graph.is_block, bool((g.in_indptr[1:] == g.in_indptr[:-1]).any()),
+                           torch.is_inference_mode_enabled())
     graph._seastar_converted = converted
     return converted
 

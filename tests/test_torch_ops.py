@@ -186,3 +186,23 @@ def test_ops_exist_right_after_import():
     assert "seastar_layers::gat_attention(Tensor[] graph, Tensor a_src, Tensor x, Tensor slope, Tensor? a_dst=None, " \
            "Tensor? a_edge=None, Tensor? mask=None) -> (Tensor[], Tensor[])" in result.stdout
     assert result.stdout.count("seastar_layers::") == 6
+
+
+def test_a_graph_built_in_inference_mode_serves_training_later():
+    """The ops save the graph for backward, and tensors made in inference mode cannot be saved:
+    evaluating a layer under torch.inference_mode() must not break training on the same graph."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from seastar_layers.compat import import_dgl
+
+        dgl = import_dgl()
+        import seastar_layers.dgl as sd
+    x = torch.randn(N, 6)
+    g = dgl.add_self_loop(dgl.graph((EI[0], EI[1]), num_nodes=N))
+    for layer, args in [(sl.GCNConv(6, 3), (x, EI)), (sl.GATConv(6, 3), (x, EI)), (sd.GraphConv(6, 3), (g, x))]:
+        with torch.inference_mode():
+            layer(*args)
+        layer(*args).sum().backward()
+        assert all(p.grad is not None for p in layer.parameters())

@@ -115,21 +115,22 @@ def _check_flow(layer: MessagePassing, edge_index) -> None:
                          'module, e.g., `adj_t.t()`.')
 
 
-def _message_graph(layer: MessagePassing, source, src: Tensor, dst: Tensor, size: tuple[int, int],
-                   listed: Tensor | None = None, key: tuple = ()) -> Graph:
-    """The graph messages travel along: the edge slots src -> dst that `source` (the user's graph
-    object) gives after the layer's processing (`key` names it; `listed`: nn/edges.py), reversed
-    for flow="target_to_source"; size is (senders, receivers). Built once per graph object and
-    processing; inside a traced model, on every call, as part of the compiled graph."""
+def _message_graph(layer: MessagePassing, source, slots, size: tuple[int, int], key: tuple = ()) -> Graph:
+    """The graph messages travel along: the edge slots (src, dst, listed) = slots() that `source`,
+    the user's graph object, gives after the layer's processing (`key` names it; nn/edges.py),
+    reversed for flow="target_to_source"; size is (senders, receivers). Built once per graph
+    object and processing (slots() runs only then); inside a traced model, on every call, as part
+    of the compiled graph."""
     flip = layer.flow == "target_to_source"
     compiling = torch.compiler.is_compiling()
-    if listed is None and not flip and not compiling and not _is_sparse(source):
+    if not key and not flip and not compiling and not _is_sparse(source):
         return as_graph(source, size)  # a sorted EdgeIndex brings its own CSR/CSC
-    senders, receivers = (dst, src) if flip else (src, dst)
-    if compiling:
-        return Graph.from_edges(senders, receivers, *size, listed)
-    return as_graph(source, None, (layer.flow, size) + key,
-                    lambda _: Graph.from_edges(senders, receivers, *size, listed))
+
+    def build(_=None):
+        src, dst, listed = slots()
+        return Graph.from_edges(dst if flip else src, src if flip else dst, *size, listed)
+
+    return build() if compiling else as_graph(source, None, (layer.flow, size) + key, build)
 
 
 class _StockTemplates:
@@ -205,9 +206,10 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         _check_edge_index(plain)
         size = size if size is not None else sparse_size
         num_dst = self._num_dst(x_src, x_dst, size)
-        src, dst, listed, edge_attr, loops = self._edges(plain, edge_attr, x_src, x_dst, size)
+        loops = self._loops(x_src, x_dst, size)
         key = ("gat-self-loops", loops) if self.add_self_loops else ()
-        graph = _message_graph(self, edge_index, src, dst, (x_src.size(0), num_dst), listed, key)
+        graph = _message_graph(self, edge_index, lambda: self._slots(plain, loops), (x_src.size(0), num_dst), key)
+        edge_attr = self._with_loop_attr(edge_attr, plain, loops)
         H = self.heads
         mask = None
         if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
@@ -230,10 +232,12 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
                              "adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
         x_src, x_dst, res = self._project(x)
         num_dst = self._num_dst(x_src, x_dst, size)
-        src, dst, listed, edge_attr, loops = self._edges(edge_index, edge_attr, x_src, x_dst, size)
+        loops = self._loops(x_src, x_dst, size)
+        src, dst, listed = self._slots(edge_index, loops)
         if self.flow == "target_to_source":
             src, dst = dst, src
         graph = graph_tensors(src, dst, x_src.size(0), num_dst, listed)
+        edge_attr = self._with_loop_attr(edge_attr, edge_index, loops)
         mask: Optional[Tensor] = None
         if self.training and self.dropout > 0:
             mask = _edge_dropout(torch.ones(graph[1].numel(), self.heads, 1, dtype=x_src.dtype, device=x_src.device),
@@ -267,19 +271,25 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             return size[1]
         return x_dst.size(0) if x_dst is not None else x_src.size(0)
 
-    def _edges(self, plain: Tensor, edge_attr: Optional[Tensor], x_src: Tensor, x_dst: Optional[Tensor],
-               size: Optional[Tuple[int, int]]) -> Tuple[Tensor, Tensor, Optional[Tensor], Optional[Tensor], int]:
-        """(src, dst, listed, edge features) slots after PyG's self-loop handling (nn/edges.py), and
-        the number of loops added."""
+    def _loops(self, x_src: Tensor, x_dst: Optional[Tensor], size: Optional[Tuple[int, int]]) -> int:
+        """How many self-loops PyG's GATConv adds (none without add_self_loops)."""
         if not self.add_self_loops:
-            return plain[0], plain[1], None, edge_attr, 0
-        loops = x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
+            return 0
         if size is not None:
-            loops = min(size[0], size[1])
-        src, dst, listed = edges.with_self_loops(plain[0], plain[1], loops)
-        if edge_attr is not None:  # the loops' edge features, filled as in PyG
-            edge_attr = torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
-        return src, dst, listed, edge_attr, loops
+            return min(size[0], size[1])
+        return x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
+
+    def _slots(self, plain: Tensor, loops: int) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """(src, dst, listed) edge slots after PyG's self-loop handling (nn/edges.py)."""
+        if not self.add_self_loops:
+            return plain[0], plain[1], None
+        return edges.with_self_loops(plain[0], plain[1], loops)
+
+    def _with_loop_attr(self, edge_attr: Optional[Tensor], plain: Tensor, loops: int) -> Optional[Tensor]:
+        """The edge features per slot: the loops' filled as in PyG."""
+        if edge_attr is None or not self.add_self_loops:
+            return edge_attr
+        return torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
 
     def _attend(self, graph: List[Tensor], x_src: Tensor, x_dst: Optional[Tensor], res: Optional[Tensor],
                 edge_attr: Optional[Tensor], mask: Optional[Tensor]) -> Tensor:
@@ -371,7 +381,7 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
         if layer.normalize and layer.add_self_loops:
             src, dst, listed = edges.with_self_loops(src, dst, n)
     key = ("gcn", layer.add_self_loops) if layer.normalize else ()
-    graph = _message_graph(layer, edge_index, src, dst, (n, n), listed, key)  # checks the indices first
+    graph = _message_graph(layer, edge_index, lambda: (src, dst, listed), (n, n), key)  # checks the indices first
     if layer.normalize and not _is_sparse(edge_index):
         weight = edges.gcn_weights(src, dst, listed, weight, n, improved, layer.flow == "source_to_target", x.dtype)
     result = (graph, weight, inputs)
