@@ -3,7 +3,8 @@
 Install with `pip install --no-build-isolation .` so the build uses the torch already installed.
 Building runs the package's own compiler over the layers' vertex programs (at install time, as at
 run time for custom layers) and compiles what it generates into the extension seastar_layers._C.
-SEASTAR_PORTABLE=1 builds for the generic CPU of the architecture instead of this machine's.
+The extension is built for the architecture's baseline CPU, so a wheel runs on any machine of that
+architecture; SEASTAR_NATIVE=1 tunes it for the building machine's CPU instead (-march=native).
 """
 import os
 import re
@@ -74,7 +75,7 @@ class BuildLayers(build_ext):
             self.compiler.compile = compile_one
 
 
-arch = [] if os.environ.get("SEASTAR_PORTABLE") else ["-march=native"]
+arch = ["-march=native"] if os.environ.get("SEASTAR_NATIVE") == "1" else []  # portable unless asked
 layers = Extension(
     "seastar_layers._C",
     sources=["csrc/module.cpp"],  # the generated sources are added by BuildLayers
