@@ -29,15 +29,15 @@ def _random_undirected_edges(rng, n: int, edges: int) -> tuple[np.ndarray, np.nd
 
 
 def write_planetoid(folder: Path, name: str = "Cora", nodes: int = 600, features: int = 16, classes: int = 3,
-                    skip: tuple[str, ...] = (), seed: int = 0) -> dict:
+                    train: int = 20, skip: tuple[str, ...] = (), seed: int = 0) -> dict:
     """ind.<name>.* files as the Planetoid repository has them: `allx`/`ally` for the first
-    nodes - 40 vertices (the first 20 of them `x`/`y`, the training set; PyG takes the next 500 for
-    validation), `tx`/`ty` for the last 40 (listed in test.index), `graph` as a dict of neighbour
+    nodes - 40 vertices (the first `train` of them `x`/`y`, the training set; PyG takes the next 500
+    for validation), `tx`/`ty` for the last 40 (listed in test.index), `graph` as a dict of neighbour
     lists. Features are scipy CSR matrices, labels one-hot arrays. Returns what was written."""
     rng = np.random.default_rng(seed)
     x, labels = _features_and_labels(rng, nodes, features, classes)
     one_hot = np.eye(classes, dtype=np.int64)[labels]
-    n_all, n_train = nodes - 40, 20
+    n_all, n_train = nodes - 40, train
     test_index = np.arange(n_all, nodes)
     src, dst = _random_undirected_edges(rng, nodes, 4 * nodes)
     graph = defaultdict(list)
