@@ -16,6 +16,7 @@ The package itself knows nothing of these files: this module lives with the exam
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -229,9 +230,13 @@ def load_ogbn_products(root: str | os.PathLike, library: str) -> Dataset:
         raise DataUnavailable(f"ogbn-products needs the optional package ogb, which is not installed ({e}): "
                               "pip install ogb") from e
     try:
-        dataset = OgbDataset(name="ogbn-products", root=str(root))
+        with _pyg_data_unpickling():
+            dataset = OgbDataset(name="ogbn-products", root=str(root))
     except OSError as e:
         raise _unavailable_large("ogbn-products", "ogb", e, Path(root), "the extracted products.zip") from e
+    except EOFError as e:  # ogb asks on standard input before downloading more than 1 GB
+        raise DataUnavailable("ogb asks for a confirmation before it downloads ogbn-products (1.4 GB): run once where "
+                              f"it can ask, or extract products.zip into {Path(root) / 'products'}") from e
     split = dataset.get_idx_split()
     if library == "dgl":
         g, y = dataset[0]
@@ -247,6 +252,17 @@ def load_ogbn_products(root: str | os.PathLike, library: str) -> Dataset:
         masks.append(mask)
     y = y.flatten().long()
     return Dataset("ogbn-products", x, y, edge_index, *masks, int(y.max()) + 1)
+
+
+def _pyg_data_unpickling():
+    """ogb 1.3.6 reads its processed PyG data with a plain torch.load, which torch 2.6+ limits to
+    allowed classes: allow PyG's data classes for that call."""
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import GlobalStorage
+
+    if not hasattr(torch.serialization, "safe_globals"):  # torch < 2.5 unpickles them anyway
+        return contextlib.nullcontext()
+    return torch.serialization.safe_globals([DataEdgeAttr, DataTensorAttr, GlobalStorage])
 
 
 # --- generated stand-ins --------------------------------------------------------------------------

@@ -4,6 +4,7 @@ Features are class centroids plus noise, so a model learns something from them i
 """
 from __future__ import annotations
 
+import gzip
 import pickle
 import zipfile
 from collections import defaultdict
@@ -82,3 +83,28 @@ def zip_reddit(folder: Path, zip_path: Path) -> Path:
         for name in ("reddit_data.npz", "reddit_graph.npz"):
             z.write(folder / name, name)
     return zip_path
+
+
+def write_ogbn_products_zip(zip_path: Path, nodes: int = 120, features: int = 8, classes: int = 47,
+                            seed: int = 0) -> dict:
+    """products.zip as OGB serves it: products/raw/*.csv.gz (edges, counts, features, labels),
+    products/split/sales_ranking/{train,valid,test}.csv.gz and the release marker."""
+    rng = np.random.default_rng(seed)
+    x, labels = _features_and_labels(rng, nodes, features, classes)
+    src, dst = rng.integers(0, nodes, 3 * nodes), rng.integers(0, nodes, 3 * nodes)
+    order = rng.permutation(nodes)
+    split = {"train": order[: nodes // 2], "valid": order[nodes // 2: 2 * nodes // 3], "test": order[2 * nodes // 3:]}
+
+    def lines(rows) -> str:
+        return "".join(",".join(str(v) for v in np.atleast_1d(row)) + "\n" for row in rows)
+
+    files = {"raw/edge.csv.gz": lines(zip(src, dst)), "raw/num-node-list.csv.gz": f"{nodes}\n",
+             "raw/num-edge-list.csv.gz": f"{len(src)}\n", "raw/node-feat.csv.gz": lines(x.tolist()),
+             "raw/node-label.csv.gz": lines(labels), "RELEASE_v1.txt": ""}
+    files.update({f"split/sales_ranking/{part}.csv.gz": lines(ids) for part, ids in split.items()})
+    with zipfile.ZipFile(zip_path, "w") as z:
+        for name, text in files.items():
+            z.writestr(f"products/{name}", gzip.compress(text.encode()) if name.endswith(".gz") else text)
+    # OGB stores each edge in both directions (add_inverse_edge)
+    edges = set(zip(src.tolist(), dst.tolist())) | set(zip(dst.tolist(), src.tolist()))
+    return {"x": x, "labels": labels, "split": split, "edges": edges, "nodes": nodes}

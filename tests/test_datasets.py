@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from dataset_files import PLANETOID_SUFFIXES, write_planetoid, write_reddit, zip_reddit
+from dataset_files import PLANETOID_SUFFIXES, write_ogbn_products_zip, write_planetoid, write_reddit, zip_reddit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import data  # noqa: E402  (examples/data.py)
@@ -193,6 +193,37 @@ def test_ogbn_products_without_ogb_names_the_package_to_install(tmp_path, monkey
     for library in ("pyg", "dgl"):
         with pytest.raises(data.DataUnavailable, match=r"ogbn-products needs the optional package ogb.*pip install ogb"):
             data.load_dataset("ogbn-products", tmp_path, library)
+
+
+@pytest.mark.parametrize("library", ["pyg", "dgl"])
+def test_ogbn_products_on_a_fresh_root_is_downloaded_by_ogb(tmp_path, library, monkeypatch):
+    pytest.importorskip("ogb", reason="ogb is optional and not installed here")
+    if library == "dgl":
+        from seastar_layers.compat import import_dgl
+
+        import_dgl()
+    import importlib
+
+    ogb_module = importlib.import_module(f"ogb.nodeproppred.dataset_{library}")
+    written = write_ogbn_products_zip(tmp_path / "products.zip")
+    fetched = []
+
+    def fetch(url, folder, log=True):  # ogb.utils.url.download_url
+        fetched.append(url)
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return shutil.copy(tmp_path / "products.zip", folder)
+
+    monkeypatch.setattr(ogb_module, "download_url", fetch)
+    monkeypatch.setattr(ogb_module, "decide_download", lambda url: True)  # ogb asks before 1 GB downloads
+    for _ in range(2):  # downloads and processes, then reads what it processed
+        dataset = data.load_dataset("ogbn-products", tmp_path / "root", library)
+    assert len(fetched) == 1 and fetched[0].endswith("/products.zip")
+    assert dataset.name == "ogbn-products" and dataset.num_nodes == written["nodes"]
+    torch.testing.assert_close(dataset.x, torch.as_tensor(written["x"]), atol=1e-6, rtol=1e-6)
+    assert torch.equal(dataset.y, torch.as_tensor(written["labels"]))
+    assert set(map(tuple, dataset.edge_index.t().tolist())) == written["edges"]
+    for mask, part in zip((dataset.train_mask, dataset.val_mask, dataset.test_mask), ("train", "valid", "test")):
+        assert sorted(mask.nonzero().flatten().tolist()) == sorted(written["split"][part].tolist())
 
 
 def test_generated_graph_says_it_is_generated():
