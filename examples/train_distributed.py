@@ -9,8 +9,8 @@ needs pyg-lib or torch-sparse). DDP averages the gradients across ranks, so the 
 identical; the script checks that at the end. The process group is gloo on CPU and NCCL on GPU;
 `--layers` picks seastar's layers or the library's stock ones, and nothing else changes.
 
-Several machines: the same command on each, with `--nnodes N --node-rank I --rdzv-backend c10d
---rdzv-endpoint HOST:PORT` (see README.md).
+Several machines: the same command on each, with `--nnodes N --rdzv-backend c10d --rdzv-endpoint
+HOST:PORT --rdzv-id RUN` (see README.md).
 """
 from __future__ import annotations
 
