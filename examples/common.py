@@ -39,20 +39,21 @@ def parse_args(description: str) -> argparse.Namespace:
     return args
 
 
-def load(args, library: str):
+def load(args, library: str, say=print):
     """The dataset the arguments name, read by `library`'s loader ("pyg" or "dgl"); exits with the
-    loader's explanation when the data cannot be had."""
+    loader's explanation when the data cannot be had. `say` prints (or not, on all but one rank)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     t = time.perf_counter()
     try:
         data = load_dataset(args.dataset, args.root, library, scale=args.scale, seed=args.seed)
     except DataUnavailable as e:
-        sys.exit(f"error: {e}")
-    print(f"{data.name}: {data.num_nodes} vertices, {data.edge_index.shape[1]} edges, {data.x.shape[1]} features, "
-          f"{data.num_classes} classes (loaded in {time.perf_counter() - t:.1f} s)")
+        say(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    say(f"{data.name}: {data.num_nodes} vertices, {data.edge_index.shape[1]} edges, {data.x.shape[1]} features, "
+        f"{data.num_classes} classes (loaded in {time.perf_counter() - t:.1f} s)")
     if data.note:
-        print(f"note: {data.name}: {data.note}")
+        say(f"note: {data.name}: {data.note}")
     return data
 
 

@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).parent))
-from data import DataUnavailable, add_data_arguments, load_dataset  # noqa: E402
+from common import load  # noqa: E402
+from data import add_data_arguments  # noqa: E402
 
 PYG_SAMPLER_MISSING = (
     "PyG's NeighborLoader needs pyg-lib or torch-sparse, and neither is installed. pyg-lib comes from PyG's wheel "
@@ -90,16 +91,8 @@ def pyg_sampler_available() -> bool:
 
 
 def train(args, rank: int, world: int, device: torch.device, say) -> None:
-    t = time.perf_counter()
-    try:
-        data = load_dataset(args.dataset, args.root, args.library, scale=args.scale, seed=args.seed)
-    except DataUnavailable as e:
-        say(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    say(f"{data.name}: {data.num_nodes} vertices, {data.edge_index.shape[1]} edges, loaded in "
-        f"{time.perf_counter() - t:.1f} s; {world} ranks, {args.library} sampling, {args.layers} layers, {device}")
-    if data.note:
-        say(f"note: {data.name}: {data.note}")
+    data = load(args, args.library, say)
+    say(f"{world} ranks, {args.library} sampling, {args.layers} layers, {device}")
 
     make_batches, model = (dgl_setup if args.library == "dgl" else pyg_setup)(args, data, rank, world)
     torch.manual_seed(args.seed)  # DDP also broadcasts rank 0's parameters at construction
