@@ -139,7 +139,8 @@ def compare_full_batch(args, data, build_model, layers: dict, make_forward, libr
     hp = HPARAMS[args.model]
     epochs = args.epochs or hp["epochs"]
     generated = " (GENERATED data)" if data.note else ""
-    title = f"{library} {args.model.upper()} on {data.name}{generated} ({epochs} epochs, {torch.get_num_threads()} threads)"
+    title = (f"{library} {args.model.upper()} on {data.name}{generated} ({epochs} epochs, "
+             f"{torch.get_num_threads()} threads)")
     results = compare(args, build_model, layers,
                       lambda model, backend: train(model, make_forward(model), data, hp, epochs, backend), title)
     if args.plot:

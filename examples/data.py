@@ -78,7 +78,8 @@ def add_data_arguments(parser, default: str) -> None:
                         help="Reddit-generated is a GENERATED stand-in of Reddit's size, for machines without Reddit")
     parser.add_argument("--root", default=str(DEFAULT_ROOT),
                         help="where datasets live and downloads go: ROOT/<Name>/raw as PyG lays them out")
-    parser.add_argument("--scale", type=float, default=1.0, help="size of a generated graph, as a fraction of the real one")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="size of a generated graph, as a fraction of the real one")
 
 
 # --- Planetoid ------------------------------------------------------------------------------------
@@ -121,6 +122,8 @@ def load_planetoid(root: str | os.PathLike, name: str, local_copies: list[Path])
     try:
         data = Planetoid(str(root), name)[0]  # downloads whatever is still missing
     except OSError as e:  # no network, or the server refused
+        if not missing:  # not a download failure
+            raise
         failure = f"{', '.join(missing)} missing under {raw}, and PyG's download failed ({type(e).__name__}: {e})"
         if name == "PubMed" and set(missing) <= {"ind.pubmed.allx", "ind.pubmed.x", "ind.pubmed.tx"}:
             return _pubmed_generated_features(raw, failure)

@@ -191,7 +191,7 @@ def test_ogbn_products_without_ogb_names_the_package_to_install(tmp_path, monkey
     monkeypatch.setitem(sys.modules, "ogb", None)  # import ogb now raises ImportError, installed or not
     monkeypatch.setitem(sys.modules, "ogb.nodeproppred", None)
     for library in ("pyg", "dgl"):
-        with pytest.raises(data.DataUnavailable, match=r"ogbn-products needs the optional package ogb.*pip install ogb"):
+        with pytest.raises(data.DataUnavailable, match=r"needs the optional package ogb.*pip install ogb"):
             data.load_dataset("ogbn-products", tmp_path, library)
 
 
@@ -239,3 +239,18 @@ def test_unknown_names_are_refused():
         data.load_dataset("Reddit2")
     with pytest.raises(ValueError, match="library must be 'pyg' or 'dgl', got 'jax'"):
         data.load_dataset("Cora", library="jax")
+
+
+def test_planetoid_failures_other_than_a_download_are_not_hidden(tmp_path, planetoid_fetch, monkeypatch):
+    """With every raw file present, an OSError is not a download failure: PubMed must not fall back
+    to generated features, and the error comes through as it is."""
+    import torch_geometric.datasets.planetoid as planetoid
+
+    write_planetoid(tmp_path / "root" / "PubMed" / "raw", name="PubMed")
+
+    def broken(*args, **kwargs):
+        raise PermissionError("processed folder not writable")
+
+    monkeypatch.setattr(planetoid, "read_planetoid_data", broken)
+    with pytest.raises(PermissionError, match="processed folder not writable"):
+        data.load_planetoid(tmp_path / "root", "PubMed", [])
