@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_allocated_bytes, table, time_fwd_bwd, write_record  # noqa: E402
+from common import DEFAULT_ROOT, load, machine, peak_allocated_bytes, table, time_fwd_bwd, write_record  # noqa: E402
 
 import seastar_layers as sl  # noqa: E402
 from seastar_layers.compat import import_dgl  # noqa: E402
-from seastar_layers.datasets import load_planetoid  # noqa: E402
 
 dgl = import_dgl()
 import seastar_layers.dgl as sd  # noqa: E402
@@ -42,13 +40,13 @@ def layer_pairs(width: int):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["Cora", "PubMed"])
-    parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "seastar-planetoid"))
+    parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--width", type=int, default=64, help="input feature width (features are projected to it)")
     args = parser.parse_args()
     rows, notes = [], []
     for name in args.datasets:
-        data = load_planetoid(args.root, name)
+        data = load(name, args.root)
         if data.note:
             notes.append(f"{name}: {data.note}")
         n = data.num_nodes

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -11,10 +12,23 @@ import torch
 
 from seastar_layers.profiling import peak_allocated_bytes, saved_for_backward_bytes
 
-__all__ = ["RESULTS", "machine", "peak_allocated_bytes", "saved_for_backward_bytes", "table", "time_fwd_bwd",
-           "write_record"]
+# The examples' dataset loaders (local files first, else the loader's download); after this folder
+# on the path, so that `common` stays this module.
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "examples"))
+from data import DEFAULT_ROOT, DataUnavailable, load_dataset  # noqa: E402
+
+__all__ = ["DEFAULT_ROOT", "RESULTS", "load", "machine", "peak_allocated_bytes", "saved_for_backward_bytes", "table",
+           "time_fwd_bwd", "write_record"]
 
 RESULTS = Path(__file__).parent / "results"
+
+
+def load(name: str, root: str):
+    """A dataset by name (see examples/data.py); exits with the loader's explanation when it cannot be had."""
+    try:
+        return load_dataset(name, root)
+    except DataUnavailable as e:
+        sys.exit(f"error: {e}")
 
 
 def time_fwd_bwd(step, warmup: int = 3, repeat: int = 15) -> float:
