@@ -7,8 +7,13 @@ import warnings
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
+import test_dgl_layers as dgl_tests
 from helpers import random_graph
 from test_pyg_layers import F_IN, GAT_OPTIONS, N, data, pair
+
+from seastar_layers.compat import import_dgl
+
+dgl = import_dgl()
 
 
 @contextlib.contextmanager
@@ -291,3 +296,88 @@ def test_pyg_attention_graph_is_converted_once():
     before = graph_cache.builds
     ours(x, ei, return_attention_weights=True)
     assert graph_cache.builds == before
+
+
+# --- DGL ------------------------------------------------------------------------------------------
+
+def dgl_call(layer, args, **kwargs):
+    graph, feat, *weight = args
+    out, attention = layer(graph, feat, *weight, get_attention=True, **kwargs)
+    return out, attention, attention
+
+
+def check_dgl(ref, ours, *args):
+    expected = results(ref, dgl_call, args)
+    with fused_only(dgl.nn.GATConv):
+        got = results(ours, dgl_call, args)
+    assert_same_results(got, expected)
+    return got
+
+
+@pytest.mark.parametrize("options", dgl_tests.GAT_OPTIONS, ids=str)
+def test_dgl_attention(options):
+    ref, ours = dgl_tests.pair("GATConv", in_feats=dgl_tests.F_IN, out_feats=4, **options)
+    g = dgl_tests.graph()
+    x = dgl_tests.x()
+    _, _, attention, _ = check_dgl(ref, ours, g, x)
+    assert attention.shape == (g.num_edges(), options["num_heads"], 1)
+    check_dgl(ref, ours, g, x, torch.rand(g.num_edges()))  # DGL's attention includes the edge weights
+
+
+def test_dgl_attention_in_float64():
+    ref, ours = dgl_tests.pair("GATConv", in_feats=dgl_tests.F_IN, out_feats=4, num_heads=3)
+    ref.double(), ours.double()
+    g = dgl_tests.graph()
+    check_dgl(ref, ours, g, dgl_tests.x().double(), torch.rand(g.num_edges(), dtype=torch.float64))
+
+
+@pytest.mark.parametrize("middle", [(3,), (2, 2), (1,)], ids=str)
+def test_dgl_attention_on_features_with_middle_axes(middle):
+    """(N, *, D) features give (E, *, H, 1) attention."""
+    def features(*shape, seed=1):
+        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+    ref, ours = dgl_tests.pair("GATConv", in_feats=dgl_tests.F_IN, out_feats=3, num_heads=2)
+    g = dgl_tests.graph()
+    _, _, attention, _ = check_dgl(ref, ours, g, features(dgl_tests.N, *middle, dgl_tests.F_IN))
+    assert attention.shape == (g.num_edges(), *middle, 2, 1)
+    block = dgl_tests.sampled_blocks()[0]
+    check_dgl(ref, ours, block, features(block.num_src_nodes(), *middle, dgl_tests.F_IN))
+    ref, ours = dgl_tests.pair("GATConv", in_feats=(dgl_tests.F_IN, 5), out_feats=3, num_heads=2)
+    check_dgl(ref, ours, g, (features(dgl_tests.N, *middle, dgl_tests.F_IN), features(dgl_tests.N, *middle, 5, seed=2)))
+
+
+def test_dgl_attention_on_blocks_and_bipartite_graphs():
+    ref, ours = dgl_tests.pair("GATConv", in_feats=dgl_tests.F_IN, out_feats=3, num_heads=2, allow_zero_in_degree=True)
+    for block in dgl_tests.sampled_blocks():
+        check_dgl(ref, ours, block, dgl_tests.x(block.num_src_nodes()))
+        check_dgl(ref, ours, block, dgl_tests.x(block.num_src_nodes()), torch.rand(block.num_edges()))
+    ref, ours = dgl_tests.pair("GATConv", in_feats=(dgl_tests.F_IN, 6), out_feats=3, num_heads=2, allow_zero_in_degree=True)
+    gen = torch.Generator().manual_seed(2)
+    g = dgl.heterograph({("a", "r", "b"): (torch.randint(0, 15, (40,), generator=gen),
+                                           torch.randint(0, 9, (40,), generator=gen))}, {"a": 15, "b": 9})
+    check_dgl(ref, ours, g, (dgl_tests.x(15), dgl_tests.x(9, 6)))
+
+
+def test_dgl_attention_on_graphs_without_edges_or_vertices():
+    from test_dgl_fidelity import empty_graphs
+
+    ref, ours = dgl_tests.pair("GATConv", in_feats=dgl_tests.F_IN, out_feats=3, num_heads=2, allow_zero_in_degree=True)
+    none = torch.tensor([], dtype=torch.long)
+    graphs = [("no edges", dgl.graph((none, none), num_nodes=dgl_tests.N)), *empty_graphs()]
+    for what, g in graphs:
+        _, _, attention, _ = check_dgl(ref, ours, g, (dgl_tests.x(g.num_src_nodes()), dgl_tests.x(g.num_dst_nodes())))
+        assert attention.shape == (0, 2, 1), what
+
+
+def test_dgl_attention_is_after_dropout_as_dgl():
+    ref, ours = dgl_tests.pair("GATConv", in_feats=dgl_tests.F_IN, out_feats=4, num_heads=2, feat_drop=0.3, attn_drop=0.4)
+    ref.train(), ours.train()
+    g, x = dgl_tests.graph(), dgl_tests.x()
+    torch.manual_seed(7)
+    expected = results(ref, dgl_call, (g, x, torch.rand(g.num_edges())))
+    torch.manual_seed(7)
+    with fused_only(dgl.nn.GATConv):
+        got = results(ours, dgl_call, (g, x, torch.rand(g.num_edges())))
+    assert (expected[2] == 0).any()  # dropped edges are in the returned attention
+    assert_same_results(got, expected)

@@ -56,6 +56,12 @@ SCRIPT = textwrap.dedent("""
         torch.testing.assert_close(ours(g, x, edge_weight=w), ref(g, x, edge_weight=w), atol=1e-5, rtol=1e-5)
         wide = torch.randn(40, 3, 12)  # (N, *, D) features fold into the heads or channels
         torch.testing.assert_close(ours(g, wide), ref(g, wide), atol=1e-5, rtol=1e-5)
+        if isinstance(ours, sd.GATConv):  # and their attention, with dropout or edge weights in it
+            for feat, kwargs in [(x, {}), (wide, {}), (x.double(), {}), (x, dict(edge_weight=w))]:
+                ours.to(feat.dtype), ref.to(feat.dtype)
+                torch.testing.assert_close(ours(g, feat, get_attention=True, **kwargs),
+                                           ref(g, feat, get_attention=True, **kwargs), atol=1e-5, rtol=1e-5)
+            sd.GATConv(12, 3, 4, attn_drop=0.5).train()(g, x, get_attention=True)[1].sum().backward()
     assert jit.build_count == 0
 
     @sl.compile
