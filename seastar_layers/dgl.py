@@ -9,7 +9,6 @@ edge-wise step runs as one fused vertex program. DGLGraphs and blocks from DGL's
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
@@ -23,19 +22,10 @@ from dgl.nn.pytorch import GATConv as _DGLGATConv  # noqa: E402
 from dgl.nn.pytorch import GraphConv as _DGLGraphConv  # noqa: E402
 from dgl.nn.pytorch.conv.graphconv import EdgeWeightNorm  # noqa: E402
 
-_warned: set[tuple[str, str]] = set()
-
 ZERO_IN_DEGREE = ("There are 0-in-degree nodes in the graph, output for those nodes will be invalid. This is harmful "
                   "for some applications, causing silent performance regression. Adding self-loop on the input graph "
                   "by calling `g = dgl.add_self_loop(g)` will resolve the issue. Setting ``allow_zero_in_degree`` to "
                   "be `True` when constructing this module will suppress the check and let the code run.")
-
-
-def _warn_once(layer: str, option: str) -> None:
-    if (layer, option) not in _warned:
-        _warned.add((layer, option))
-        warnings.warn(f"seastar_layers.dgl.{layer}: {option} is not fused; running DGL's own {layer} for it",
-                      RuntimeWarning, stacklevel=3)
 
 
 def _check_in_degrees(module, graph) -> None:
@@ -48,9 +38,6 @@ class GATConv(_DGLGATConv):
                "aggregation in one sweep over the edges.\n\n" + (_DGLGATConv.__doc__ or ""))
 
     def forward(self, graph, feat, edge_weight=None, get_attention=False):
-        if get_attention:
-            _warn_once("GATConv", "get_attention=True")
-            return super().forward(graph, feat, edge_weight, get_attention)
         programs.check_features("dgl.GATConv", feat)
         _check_in_degrees(self, graph)
         H, F = self._num_heads, self._out_feats
@@ -78,7 +65,7 @@ class GATConv(_DGLGATConv):
         g = as_graph(graph)
         feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
                  "x": feat_src.reshape(-1, heads, F)}
-        mask = None
+        mask = None  # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha
         if self.training and self.attn_drop.p > 0:  # DGL's own dropout on the attention (p=1 drops it all)
             mask = self.attn_drop(el.new_ones(g.num_edges, heads, 1))
         if edge_weight is not None:
@@ -87,13 +74,18 @@ class GATConv(_DGLGATConv):
         if mask is not None:
             feats["mask"] = mask.contiguous()
         slope = el.new_tensor(self.leaky_relu.negative_slope)
-        rst = programs.gat_attention(True, False, mask is not None, slope)(g, **feats).view(*dst_prefix, H, F)
+        prog = programs.gat_attention(True, False, mask is not None, slope, with_attention=bool(get_attention))
+        result = prog(g, **feats)
+        rst, attention = result if get_attention else (result, None)
+        rst = rst.view(*dst_prefix, H, F)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h_dst).view(*dst_prefix, -1, F)
         if self.has_explicit_bias:
             rst = rst + self.bias.view(*((1,) * len(dst_prefix)), H, F)
         if self.activation:
             rst = self.activation(rst)
+        if get_attention:
+            return rst, attention.view(g.num_edges, *src_prefix[1:], H, 1)
         return rst
 
 

@@ -103,16 +103,6 @@ def test_gat_dropout_is_on_attention_and_deterministic_in_eval():
     assert torch.isfinite(a).all()
 
 
-def test_gat_return_attention_weights_warns_and_matches():
-    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2)
-    x, ei = data()
-    with pytest.warns(RuntimeWarning, match="return_attention_weights is not fused"):
-        out, (ei_out, alpha) = ours(x, ei, return_attention_weights=True)
-    out_ref, (ei_ref, alpha_ref) = ref(x, ei, return_attention_weights=True)
-    torch.testing.assert_close(out, out_ref)
-    torch.testing.assert_close(alpha, alpha_ref)
-
-
 @pytest.mark.parametrize("options", [dict(), dict(improved=True), dict(add_self_loops=False), dict(normalize=False),
                                      dict(bias=False), dict(cached=True)], ids=str)
 def test_gcn_options(options):

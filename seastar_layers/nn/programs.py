@@ -3,8 +3,8 @@
 Hyperparameters that vary per layer (negative slope, teleport probability) are closed-over 0-d
 tensors and feature sizes are run-time (generic_shapes), so one compiled kernel serves every
 layer configuration; options that change the program's shape (destination scores, edge scores,
-attention dropout, edge weights) are closed-over booleans read by compile-time conditionals, one
-specialisation each. `prebuilt_variants` lists them all for setup.py.
+attention dropout, edge weights, attention weights as a result) are closed-over booleans read by
+compile-time conditionals, one specialisation each. `prebuilt_variants` lists them all for setup.py.
 """
 from __future__ import annotations
 
@@ -21,14 +21,20 @@ def check_features(layer: str, x) -> None:
                             "convert them (x.float()) or use the stock layer for this precision")
 
 
-def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: torch.Tensor) -> CompiledProgram:
-    """out_v = sum_e softmax_v(leaky_relu(a_src[u] + a_dst[v] + a_edge[e])) * mask[e] * x[u]."""
+def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: torch.Tensor,
+                  with_attention: bool = False) -> CompiledProgram:
+    """out_v = sum_e alpha[e] * x[u], alpha[e] = softmax_v(leaky_relu(a_src[u] + a_dst[v] + a_edge[e])) * mask[e].
+
+    with_attention also returns alpha, one (heads, 1) row per edge in edge order: the attention
+    the libraries return, after dropout (the mask). Without it the program is the plain one."""
 
     def gat_attention(v):
         logits = [e.src.a_src + (v.a_dst if with_dst else 0) + (e.a_edge if with_edge else 0) for e in v.inedges]
         weights = [torch.exp(torch.where(s > 0, s, s * slope)) for s in logits]
         total = sum(weights)
-        return sum(w / total * (e.mask if with_dropout else 1) * e.src.x for w, e in zip(weights, v.inedges))
+        alpha = [w / total * (e.mask if with_dropout else 1) for w, e in zip(weights, v.inedges)]
+        out = sum(a * e.src.x for a, e in zip(alpha, v.inedges))
+        return (out, alpha) if with_attention else out
 
     return compile(gat_attention, generic_shapes=True)
 
@@ -74,7 +80,8 @@ def prebuilt_variants():
                             feats["a_edge"] = t(e, heads, 1)
                         if with_dropout:
                             feats["mask"] = t(e, heads, 1)
-                        yield gat_attention(with_dst, with_edge, with_dropout, scalar), feats
+                        for with_attention in (False, True):
+                            yield gat_attention(with_dst, with_edge, with_dropout, scalar, with_attention), feats
         for width in (1, 2):
             for weight_shape in [None, (e,), (e, 1)]:
                 feats = {"x": t(n, width)}

@@ -16,7 +16,9 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import add_self_loops, remove_self_loops
+from torch_geometric.typing import torch_sparse
+from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
+from torch_geometric.utils.sparse import set_sparse_value
 
 from ..graph import Graph, as_graph
 from . import programs
@@ -99,16 +101,15 @@ def _check_flow(layer: MessagePassing, edge_index) -> None:
 
 
 def _message_graph(layer: MessagePassing, source, size: tuple[int, int], key: tuple = (), process=None) -> Graph:
-    """The graph messages travel along, cached per user graph object: the edges of `source` after
-    `process(edge_index)` (self-loops, normalisation), reversed for flow="target_to_source".
-    size is (senders, receivers)."""
+    """The graph messages travel along, cached per user graph object: the edges of `process(source)`
+    (self-loops, normalisation; a sparse adjacency stays one, so its edges keep PyG's order),
+    reversed for flow="target_to_source". size is (senders, receivers)."""
     flip = layer.flow == "target_to_source"
     if process is None and not flip and not _is_sparse(source):
         return as_graph(source, size)  # a sorted EdgeIndex brings its own CSR/CSC
 
     def build(plain):
-        edges = _edge_list(plain)[0]
-        edges = process(edges) if process is not None else edges
+        edges = _edge_list(process(plain) if process is not None else plain)[0]
         return Graph.from_edge_index(edges.flip(0) if flip else edges, size)
 
     return as_graph(source, None, (layer.flow, size) + key, build)
@@ -145,13 +146,20 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
 
     def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
         unfused = _unfused_reason(self)
-        if unfused is None and return_attention_weights is not None:
-            unfused = "return_attention_weights"
         if unfused is not None:
             _warn_once("GATConv", unfused)
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
         if type(edge_index).__name__ == "SparseTensor" and self.add_self_loops and self.edge_dim is not None:
             return super().forward(x, edge_index, edge_attr, size)  # PyG raises its own NotImplementedError
+        if is_torch_sparse_tensor(edge_index) and self.add_self_loops and edge_attr is not None:
+            raise ValueError("GATConv cannot add self-loops to a torch sparse adjacency together with 'edge_attr' "
+                             "(PyG's GATConv refuses it too: its remove_self_loops asserts edge_attr is None); pass "
+                             "an edge_index tensor, or add the self-loops and their features yourself and construct "
+                             "the layer with add_self_loops=False")
+        if return_attention_weights and is_torch_sparse_tensor(edge_index) and \
+                edge_index.layout not in (torch.sparse_coo, torch.sparse_csr):
+            raise ValueError(f"GATConv returns attention weights on a torch sparse adjacency in COO or CSR layout, got "
+                             f"{edge_index.layout} (PyG's GATConv refuses it too); pass adj_t.to_sparse_csr()")
         programs.check_features("GATConv", x)
         H, C = self.heads, self.out_channels
         res = None
@@ -182,7 +190,9 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         size = size if size is not None else sparse_size
         num_src = x_src.size(0)
         num_dst = size[1] if size is not None else (x_dst.size(0) if x_dst is not None else num_src)
-        graph, edge_attr = self._graph(edge_index, plain, edge_attr, num_src, num_dst, size, x_dst)
+        # PyG adds self-loops to the vertices that are both sources and destinations
+        loops = min(size) if size is not None else min(num_src, x_dst.size(0) if x_dst is not None else num_src)
+        graph, edge_attr = self._graph(edge_index, plain, edge_attr, (num_src, num_dst), loops)
 
         feats = {"a_src": a_src, "x": x_src}
         if a_dst is not None:
@@ -191,40 +201,67 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
             e = self.lin_edge(edge_attr).view(-1, H, C)
             feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
-        mask = None
+        dropout = None
         if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
-            mask = F.dropout(x_src.new_ones(graph.num_edges, H, 1), p=self.dropout)
+            dropout = F.dropout(x_src.new_ones(graph.num_edges, H, 1), p=self.dropout)
         explained = _explain_factor(self, graph, 3)
+        message_mask = dropout
         if explained is not None:
             explained = explained.to(x_src.dtype).view(-1, 1, 1)
-            mask = explained.expand(graph.num_edges, H, 1) if mask is None else mask * explained
-        if mask is not None:
-            feats["mask"] = mask.contiguous()
+            message_mask = explained.expand(graph.num_edges, H, 1) if dropout is None else dropout * explained
         slope = x_src.new_tensor(self.negative_slope)
-        prog = programs.gat_attention("a_dst" in feats, "a_edge" in feats, "mask" in feats, slope)
-        out = prog(graph, **feats)
+
+        def sweep(mask, with_attention=False):
+            given = feats if mask is None else dict(feats, mask=mask.contiguous())
+            prog = programs.gat_attention("a_dst" in given, "a_edge" in given, "mask" in given, slope, with_attention)
+            return prog(graph, **given)
+
+        if return_attention_weights:
+            # PyG returns the attention after dropout; its explain mask scales the messages only
+            out, alpha = sweep(dropout, with_attention=True)
+            if explained is not None:
+                out = sweep(message_mask)
+        else:
+            out = sweep(message_mask)
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
         if self.bias is not None:
             out = out + self.bias
+        if return_attention_weights:
+            edges = _gat_self_loops(edge_index, loops) if self.add_self_loops else edge_index
+            return out, _attention_weights(edges, alpha.view(-1, H))
         return out
 
-    def _graph(self, edge_index, plain, edge_attr, num_src, num_dst, size, x_dst):
+    def _graph(self, edge_index, plain, edge_attr, size: tuple[int, int], loops: int):
         if not self.add_self_loops:
-            return _message_graph(self, edge_index, (num_src, num_dst)), edge_attr
-        loops = num_src if x_dst is None else min(num_src, x_dst.size(0))
-        loops = min(size) if size is not None else loops
-
-        def with_self_loops(ei):
-            ei, _ = remove_self_loops(ei)
-            return add_self_loops(ei, num_nodes=loops)[0]
-
-        graph = _message_graph(self, edge_index, (num_src, num_dst), ("gat-self-loops", loops), with_self_loops)
+            return _message_graph(self, edge_index, size), edge_attr
+        graph = _message_graph(self, edge_index, size, ("gat-self-loops", loops),
+                               lambda source: _gat_self_loops(source, loops))
         if edge_attr is not None:  # edge features follow the same removal and fill, as in PyG
             ei, edge_attr = remove_self_loops(plain, edge_attr)
             _, edge_attr = add_self_loops(ei, edge_attr, fill_value=self.fill_value, num_nodes=loops)
         return graph, edge_attr
+
+
+def _gat_self_loops(edge_index, num_nodes: int):
+    """The adjacency GATConv propagates over, made as PyG makes it from any kind of adjacency, so its
+    edges come in PyG's order: self-loops removed, then one added per vertex (set on the diagonal
+    of a SparseTensor)."""
+    if type(edge_index).__name__ == "SparseTensor":
+        return torch_sparse.set_diag(edge_index)
+    edge_index, _ = remove_self_loops(edge_index)
+    return add_self_loops(edge_index, num_nodes=num_nodes)[0]
+
+
+def _attention_weights(edges, alpha: Tensor):
+    """(E, heads) attention on the propagated edges, in the form PyG's GATConv returns it for that
+    kind of adjacency."""
+    if type(edges).__name__ == "SparseTensor":
+        return edges.set_value(alpha, layout="coo")
+    if is_torch_sparse_tensor(edges):  # alpha is in row-major order, as _edge_list reads a sparse adjacency
+        return set_sparse_value(edges.coalesce() if edges.layout == torch.sparse_coo else edges, alpha), alpha
+    return edges, alpha
 
 
 def _num_vertices(layer: MessagePassing, name: str, x: Tensor) -> int:
