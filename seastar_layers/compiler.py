@@ -359,6 +359,8 @@ def _gather_inputs(fn, spec: Specialisation, g: Graph, features: dict) -> list[t
         key = buf.key
         if key.role is Role.DEGREE:
             inputs.append(g.in_degree(compute))
+        elif key.role is Role.SEED:  # from torch's generator: reproducible under torch.manual_seed
+            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64, device=g.device))
         elif key.role is Role.PARAM:
             inputs.append(params[key.name].contiguous())
         else:

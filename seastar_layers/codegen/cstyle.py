@@ -58,8 +58,6 @@ class KernelRenderer:
     def emit(self, *lines: str):
         self.lines.extend("  " * self.depth + line for line in lines)
 
-    def c_type(self, buf: Buffer) -> str:
-        return "acc_t" if buf.in_compute_type else "scalar_t"
 
     def access(self, i: int, idx: str) -> str:
         n = self.nodes[i]
@@ -69,10 +67,12 @@ class KernelRenderer:
             return self.d.load(f"v{i}[{idx}]", self.dtype)
         return f"v{i}[{idx}]"
 
-    def c_expr(self, i: int, operands: list[str]) -> str:
+    def c_expr(self, i: int, operands: list[str], element: str) -> str:
+        """Node i's C expression for one element (`element`: its flat index, which random draws hash)."""
         n = self.nodes[i]
         template = _MATH.sub(lambda m: self.d.math(m.group(1), self.dtype) + "(", OPS[n.op].c)
-        return template.format(*operands, **dict(n.attrs))
+        row = {self.k.row_space: "r", self.k.nbr_space: "nbr", Space.EDGE: "eid"}.get(n.space, "0")
+        return template.format(*operands, **dict(n.attrs), row=row, element=element)
 
     def index_in(self, loop: ElementLoop, shape) -> str:
         if loop.flat is not None and tuple(shape) == loop.shape:
@@ -141,9 +141,9 @@ class KernelRenderer:
         self.ready.add(i)
         if from_buffer:
             buf = self.buffers[self.s.reads[i]]
-            if not buf.in_compute_type:
+            if buf.c_type == "scalar_t":
                 self.stored_typed.add(i)
-            self.emit(f"const {self.c_type(buf)}* v{i} = {self.pointer_for(i)};")
+            self.emit(f"const {buf.c_type}* v{i} = {self.pointer_for(i)};")
         elif n.op is Op.RESHAPE:
             (x,) = n.args
             if x in self.stored_typed:
@@ -152,7 +152,7 @@ class KernelRenderer:
             self.emit(f"const {'scalar_t' if x in self.stored_typed else 'acc_t'}* v{i} = v{x};")
         elif n.op.kind == Kind.REDUCE:
             self.render_reduce(i)
-        elif OPS[n.op].c is not None:
+        elif n.op.kind in (Kind.ELEMENTWISE, Kind.SHAPE, Kind.RANDOM) and OPS[n.op].c is not None:
             self.render_elementwise(i)
         else:
             raise NotImplementedError(f"the renderer has no rule for {n.op.name}")
@@ -163,7 +163,8 @@ class KernelRenderer:
 
         def body(loop):
             operands = [self.access(a, self.index_in(loop, self.nodes[a].shape)) for a in n.args]
-            return [f"v{i}[{self.index_in(loop, n.shape)}] = {self.c_expr(i, operands)};"]
+            index = self.index_in(loop, n.shape)
+            return [f"v{i}[{index}] = {self.c_expr(i, operands, index)};"]
 
         self.for_each(n.shape, n.size, replicated, body)
         self.sync_after(replicated)
@@ -234,7 +235,7 @@ class KernelRenderer:
             seen.add(i)
             if self.is_row_level(i) or n.op is Op.INPUT or n.op.kind == Kind.AGGREGATION:
                 return True  # a row value or a buffer read
-            if n.op.kind != Kind.ELEMENTWISE or OPS[n.op].c is None or not all(fits(a) for a in n.args):
+            if n.op.kind not in (Kind.ELEMENTWISE, Kind.RANDOM) or OPS[n.op].c is None or not all(fits(a) for a in n.args):
                 return False
             if n.shape == shape:
                 order.append(i)
@@ -293,7 +294,7 @@ class KernelRenderer:
                 self.require(arg)
         body = []
         for i in lanes:
-            body.append(f"const acc_t e{i} = {self.c_expr(i, [self.lane(a, f) for a in self.nodes[i].args])};")
+            body.append(f"const acc_t e{i} = {self.c_expr(i, [self.lane(a, f) for a in self.nodes[i].args], f)};")
         for a in loop.aggs:
             update = OPS[self.nodes[a].op].update
             body.append(update.format(acc=f"acc{a}[k]", x=self.lane(self.nodes[a].args[0], f)))
@@ -405,7 +406,7 @@ class KernelRenderer:
                   f"const int64_t* __restrict__ eids = p.graph[{csr + 2}];",
                   f"const int64_t* __restrict__ order = p.graph[{6 if dst else 7}];", "(void)order;")
         for key, k in self.buffer_index.items():
-            ctype = self.c_type(self.buffers[key])
+            ctype = self.buffers[key].c_type
             self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
         self.emit(" ".join(f"(void)b{k};" for k in self.buffer_index.values()))
         self.emit(*self.d.row_loop_open(n_rows, "order", bool(self.scratch_sizes)))
@@ -415,6 +416,26 @@ class KernelRenderer:
         self.emit("}")
         scratch = " + ".join(f"({s})" for s in self.scratch_sizes) or "0"
         return "\n".join(self.lines), n_rows, scratch, c_max(sorted({str(s) for s in self.sizes}))
+
+
+def random_helpers(dialect: Dialect) -> list[str]:
+    """seastar_uniform: a counter-based uniform draw in [0, 1) of acc_t, from a hash of (seed, draw, row or
+    edge, element); both dialects compute the same bits, so CPU and GPU results agree exactly."""
+    fn = dialect.inline_function
+    return [
+        "// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words",
+        f"{fn} uint64_t seastar_mix(uint64_t z) {{",
+        "  z += 0x9e3779b97f4a7c15ull;",
+        "  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;",
+        "  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;",
+        "  return z ^ (z >> 31);",
+        "}",
+        f"{fn} acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {{",
+        "  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);",
+        "  // as many random bits as the mantissa holds, so the result is never 1",
+        "  const int bits = sizeof(acc_t) == 4 ? 24 : 53;",
+        "  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));",
+        "}", ""]
 
 
 def dim_declarations(symbols: list[str], source: str) -> list[str]:
@@ -437,7 +458,8 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
     parts = [dialect.preamble(dtype), f"namespace {namespace} {{", *dialect.types(dtype), "",
              # not thread_local: emulated CUDA kernels run in fibers whose thread-local storage is reset
              "static const char* last_error = \"\";",
-             "static int seastar_fail(int code, const char* message) { last_error = message; return code; }", ""]
+             "static int seastar_fail(int code, const char* message) { last_error = message; return code; }", "",
+             *random_helpers(dialect)]
     for name, sched in schedules.items():
         buffer_index = {b.key: k for k, b in enumerate(sched.buffers)}
         params = f"{name}_params"

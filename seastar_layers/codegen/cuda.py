@@ -30,6 +30,7 @@ FLOAT_MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "fabs": "fabsf", "t
 class CudaDialect(Dialect):
     name = "cuda"
     file_suffix = ".cu"
+    inline_function = "static __host__ __device__ inline"
 
     def preamble(self, dtype: str) -> str:
         return '#include <algorithm>\n#include <cstdint>\n#include "seastar_cuda.h"\n'

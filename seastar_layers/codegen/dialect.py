@@ -67,6 +67,7 @@ class Dialect:
 
     name = "abstract"
     file_suffix = ".cpp"
+    inline_function = "static inline"  # how helper functions kernels call are declared
 
     def preamble(self, dtype: str) -> str:
         """Includes and helpers before any program; dtype: the storage dtype name."""
