@@ -75,7 +75,8 @@ class GATConv(_DGLGATConv):
             feats["mask"] = mask.contiguous()
         slope = el.new_tensor(self.leaky_relu.negative_slope)
         prog = programs.gat_attention(True, False, mask is not None, slope, with_attention=bool(get_attention))
-        result = prog(g, **feats)
+        # one dtype for the kernel: under autocast the scores come out float32 beside half features
+        result = prog(g, **{name: t.to(feat_src.dtype) for name, t in feats.items()})
         rst, attention = result if get_attention else (result, None)
         rst = rst.view(*dst_prefix, H, F)
         if self.res_fc is not None:
@@ -104,7 +105,7 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch.Tensor:
     """out_v = sum_e w[e] * x[u]; weights of any other shape broadcast per edge, as DGL's u_mul_e."""
     if edge_weight is not None and edge_weight.numel() != g.num_edges:
-        return programs.weighted_sum(True)(g, x=x, w=edge_weight.to(x.dtype))
+        return programs.weighted_sum(True, declared=False)(g, x=x, w=edge_weight.to(x.dtype))
     feats = {"x": _rows(x)}
     if edge_weight is not None:
         feats["w"] = edge_weight.reshape(g.num_edges).to(x.dtype)
@@ -168,7 +169,7 @@ class APPNPConv(_DGLAPPNPConv):
         for _ in range(self._k):
             w = edge_weight
             if self.training and self.edge_drop.p > 0:
-                w = self.edge_drop(torch.ones(g.num_edges, 1, dtype=feat.dtype) if w is None else w)
+                w = self.edge_drop(feat.new_ones(g.num_edges, 1) if w is None else w)
             feats = {"x": h * src_norm if edge_weight is None else h}
             if w is not None:
                 feats["w"] = w.reshape(g.num_edges).to(feat.dtype)

@@ -1,10 +1,11 @@
 """The vertex programs behind the prebuilt layers: everything that touches edges, in one sweep.
 
 Hyperparameters that vary per layer (negative slope, teleport probability) are closed-over 0-d
-tensors and feature sizes are run-time (generic_shapes), so one compiled kernel serves every
-layer configuration; options that change the program's shape (destination scores, edge scores,
-attention dropout, edge weights, attention weights as a result) are closed-over booleans read by
-compile-time conditionals, one specialisation each. `prebuilt_variants` lists them all for setup.py.
+tensors and feature sizes are run-time (declared shapes with named sizes), so one compiled kernel
+serves every layer configuration, heads and channels of any size, 1 included; options that change
+the program's shape (destination scores, edge scores, attention dropout, edge weights, attention
+weights as a result) are closed-over booleans read by compile-time conditionals, one
+specialisation each. `prebuilt_variants` lists them all, in every dtype, for setup.py.
 """
 from __future__ import annotations
 
@@ -13,12 +14,22 @@ import torch
 from ..compiler import CompiledProgram, compile
 
 
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+GAT_SHAPES = {"a_src": ("heads", 1), "a_dst": ("heads", 1), "a_edge": ("heads", 1), "mask": ("heads", 1),
+              "x": ("heads", "channels")}
+SUM_SHAPES = {"x": ("channels",), "h": ("channels",), "w": ()}
+
+
 def check_features(layer: str, x) -> None:
     """Layers take what their kernels are built for; say so in the layer's terms."""
     for t in x if isinstance(x, (tuple, list)) else (x,):
-        if t is not None and t.dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"seastar_layers {layer} supports float32 and float64 node features, got {t.dtype}; "
-                            "convert them (x.float()) or use the stock layer for this precision")
+        if t is not None and t.dtype not in DTYPES:
+            raise TypeError(f"seastar_layers {layer} supports float32, float64, float16 and bfloat16 node features, "
+                            f"got {t.dtype}; convert them (x.float()) or use the stock layer for this type")
+
+
+def _declared(names, table: dict) -> dict:
+    return {name: table[name] for name in names}
 
 
 def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: torch.Tensor,
@@ -36,16 +47,21 @@ def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: to
         out = sum(a * e.src.x for a, e in zip(alpha, v.inedges))
         return (out, alpha) if with_attention else out
 
-    return compile(gat_attention, generic_shapes=True)
+    names = ["a_src", "x"] + ["a_dst"] * with_dst + ["a_edge"] * with_edge + ["mask"] * with_dropout
+    return compile(gat_attention, shapes=_declared(names, GAT_SHAPES))
 
 
-def weighted_sum(with_weight: bool) -> CompiledProgram:
-    """out_v = sum_e w[e] * x[u]: GCN's propagation (w = 1 without weights)."""
+def weighted_sum(with_weight: bool, declared: bool = True) -> CompiledProgram:
+    """out_v = sum_e w[e] * x[u]: GCN's propagation (w = 1 without weights). The prebuilt kernel takes
+    one weight per edge and x of shape (N, F); declared=False serves weights of other shapes
+    (broadcasting against x), compiled on first use."""
 
     def weighted_sum(v):
         return sum((e.w if with_weight else 1) * e.src.x for e in v.inedges)
 
-    return compile(weighted_sum, generic_shapes=True)
+    if not declared:
+        return compile(weighted_sum, generic_shapes=True)
+    return compile(weighted_sum, shapes=_declared(["x"] + ["w"] * with_weight, SUM_SHAPES))
 
 
 def appnp_step(with_weight: bool, alpha: torch.Tensor) -> CompiledProgram:
@@ -54,38 +70,32 @@ def appnp_step(with_weight: bool, alpha: torch.Tensor) -> CompiledProgram:
     def appnp_step(v):
         return (1 - alpha) * sum((e.w if with_weight else 1) * e.src.x for e in v.inedges) + alpha * v.h
 
-    return compile(appnp_step, generic_shapes=True)
+    return compile(appnp_step, shapes=_declared(["x", "h"] + ["w"] * with_weight, SUM_SHAPES))
 
 
 def prebuilt_variants():
-    """(program, example features) for every specialisation the layers can ask for.
-
-    The example sizes stand for their shape pattern only: a size of 1, or a size equal to
-    another, gives a different pattern, so each pattern of heads / channels appears once."""
-    n, e = 3, 4
-    for dtype in (torch.float32, torch.float64):
+    """(program, example features) for every specialisation the layers can ask for: every option, in
+    every dtype (the shapes are declared, so the example sizes do not matter)."""
+    n, e, heads, channels = 3, 4, 2, 3
+    for dtype in DTYPES:
         scalar = torch.zeros((), dtype=dtype)
 
         def t(*shape):
             return torch.zeros(*shape, dtype=dtype)
 
-        for heads, channels in [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3)]:
-            for with_dst in (True, False):
-                for with_edge in (True, False):
-                    for with_dropout in (True, False):
-                        feats = {"a_src": t(n, heads, 1), "x": t(n, heads, channels)}
-                        if with_dst:
-                            feats["a_dst"] = t(n, heads, 1)
-                        if with_edge:
-                            feats["a_edge"] = t(e, heads, 1)
-                        if with_dropout:
-                            feats["mask"] = t(e, heads, 1)
-                        for with_attention in (False, True):
-                            yield gat_attention(with_dst, with_edge, with_dropout, scalar, with_attention), feats
-        for width in (1, 2):
-            for weight_shape in [None, (e,), (e, 1)]:
-                feats = {"x": t(n, width)}
-                if weight_shape is not None:
-                    feats["w"] = t(*weight_shape)
-                yield weighted_sum(weight_shape is not None), feats
-                yield appnp_step(weight_shape is not None, scalar), dict(feats, h=t(n, width))
+        for with_dst in (True, False):
+            for with_edge in (True, False):
+                for with_dropout in (True, False):
+                    feats = {"a_src": t(n, heads, 1), "x": t(n, heads, channels)}
+                    if with_dst:
+                        feats["a_dst"] = t(n, heads, 1)
+                    if with_edge:
+                        feats["a_edge"] = t(e, heads, 1)
+                    if with_dropout:
+                        feats["mask"] = t(e, heads, 1)
+                    for with_attention in (False, True):
+                        yield gat_attention(with_dst, with_edge, with_dropout, scalar, with_attention), feats
+        for with_weight in (False, True):
+            feats = {"x": t(n, channels)} | ({"w": t(e)} if with_weight else {})
+            yield weighted_sum(with_weight), feats
+            yield appnp_step(with_weight, scalar), dict(feats, h=t(n, channels))

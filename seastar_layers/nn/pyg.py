@@ -61,7 +61,8 @@ def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int) -> T
         return None
     shape = [1] * message_dims
     shape[layer.node_dim] = graph.num_edges
-    ones = torch.ones(shape, dtype=layer._edge_mask.dtype if layer._edge_mask is not None else torch.float32)
+    ones = torch.ones(shape, dtype=layer._edge_mask.dtype if layer._edge_mask is not None else torch.float32,
+                      device=graph.device)
     return layer.explain_message(ones, graph.num_dst).reshape(graph.num_edges)
 
 
@@ -213,6 +214,8 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
 
         def sweep(mask, with_attention=False):
             given = feats if mask is None else dict(feats, mask=mask.contiguous())
+            # one dtype for the kernel: under autocast the scores come out float32 beside half features
+            given = {name: t.to(x_src.dtype) for name, t in given.items()}
             prog = programs.gat_attention("a_dst" in given, "a_edge" in given, "mask" in given, slope, with_attention)
             return prog(graph, **given)
 
