@@ -9,6 +9,20 @@ typedef float acc_t;
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
+// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words
+static __host__ __device__ inline uint64_t seastar_mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static __host__ __device__ inline acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {
+  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);
+  // as many random bits as the mantissa holds, so the result is never 1
+  const int bits = sizeof(acc_t) == 4 ? 24 : 53;
+  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));
+}
+
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
@@ -46,30 +60,30 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     (void)begin; (void)end;
     const scalar_t* v3 = b2 + r * 6;
     acc_t* __restrict__ v5 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 6; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc5[4]; for (int k = 0; k < 4; ++k) acc5[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + eid * 6;
-          const scalar_t* v1 = b1 + nbr * 6;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 6) {
-              const acc_t e2 = (v0[f] * v1[f]);
-              const acc_t e4 = (e2 + v3[f]);
-              acc5[k] += e4;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 6; f0 += (int64_t)lanes * 4) {
+      acc_t acc5[4]; for (int k = 0; k < 4; ++k) acc5[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + eid * 6;
+        const scalar_t* v1 = b1 + nbr * 6;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 6) {
-            v5[f] = acc5[k];
+            const acc_t e2 = (v0[f] * v1[f]);
+            const acc_t e4 = (e2 + v3[f]);
+            acc5[k] += e4;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 6) {
+          v5[f] = acc5[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 6; f += lanes) {
@@ -208,29 +222,29 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v6 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 6; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc6[4]; for (int k = 0; k < 4; ++k) acc6[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 6;
-          const scalar_t* v4 = b2 + eid * 6;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 6) {
-              const acc_t e5 = (v0[f] * v4[f]);
-              acc6[k] += e5;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 6; f0 += (int64_t)lanes * 4) {
+      acc_t acc6[4]; for (int k = 0; k < 4; ++k) acc6[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 6;
+        const scalar_t* v4 = b2 + eid * 6;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 6) {
-            v6[f] = acc6[k];
+            const acc_t e5 = (v0[f] * v4[f]);
+            acc6[k] += e5;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 6) {
+          v6[f] = acc6[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 6; f += lanes) {

@@ -12,6 +12,20 @@ typedef float acc_t;
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
+// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words
+static inline uint64_t seastar_mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static inline acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {
+  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);
+  // as many random bits as the mantissa holds, so the result is never 1
+  const int bits = sizeof(acc_t) == 4 ? 24 : 53;
+  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));
+}
+
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
@@ -44,8 +58,8 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     const scalar_t* v2 = b1 + r * 3;
     acc_t v1[3];
     acc_t v4[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      if (c0 + 16 <= 3) {
         acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
         acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (acc_t)INFINITY;
         for (int64_t j = begin; j < end; ++j) {
@@ -54,17 +68,15 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           const scalar_t* v0 = b0 + nbr * 3;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e3 = (v0[f] * v2[f]);
-            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+            const acc_t e3 = (v0[(c0 + k)] * v2[(c0 + k)]);
+            acc1[k] = (v0[(c0 + k)] > acc1[k] || v0[(c0 + k)] != v0[(c0 + k)]) ? v0[(c0 + k)] : acc1[k];
             acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v1[f] = acc1[k];
-          v4[f] = acc4[k];
+          v1[(c0 + k)] = acc1[k];
+          v4[(c0 + k)] = acc4[k];
         }
       } else {
         acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
@@ -74,18 +86,16 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * 3;
           #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e3 = (v0[f] * v2[f]);
-            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+          for (int k = 0; k < (int)((3) - c0); ++k) {
+            const acc_t e3 = (v0[(c0 + k)] * v2[(c0 + k)]);
+            acc1[k] = (v0[(c0 + k)] > acc1[k] || v0[(c0 + k)] != v0[(c0 + k)]) ? v0[(c0 + k)] : acc1[k];
             acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v1[f] = acc1[k];
-          v4[f] = acc4[k];
+        for (int k = 0; k < (int)((3) - c0); ++k) {
+          v1[(c0 + k)] = acc1[k];
+          v4[(c0 + k)] = acc4[k];
         }
       }
     }
@@ -178,8 +188,8 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
     const acc_t* v15 = b5 + r * 3;
     acc_t v7[3];
     acc_t v17[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      if (c0 + 16 <= 3) {
         acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
         acc_t acc17[16]; for (int k = 0; k < 16; ++k) acc17[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
@@ -188,19 +198,17 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           const scalar_t* v2 = b2 + nbr * 3;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
             acc7[k] += e6;
             acc17[k] += e16;
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v7[f] = acc7[k];
-          v17[f] = acc17[k];
+          v7[(c0 + k)] = acc7[k];
+          v17[(c0 + k)] = acc17[k];
         }
       } else {
         acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
@@ -210,20 +218,18 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v2 = b2 + nbr * 3;
           #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+          for (int k = 0; k < (int)((3) - c0); ++k) {
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
             acc7[k] += e6;
             acc17[k] += e16;
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v7[f] = acc7[k];
-          v17[f] = acc17[k];
+        for (int k = 0; k < (int)((3) - c0); ++k) {
+          v7[(c0 + k)] = acc7[k];
+          v17[(c0 + k)] = acc17[k];
         }
       }
     }
@@ -233,8 +239,8 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
       v8[i0] = ((acc_t)1 / v7[i0]);
     }
     acc_t v14[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      if (c0 + 16 <= 3) {
         acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
@@ -242,19 +248,17 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           const scalar_t* v2 = b2 + nbr * 3;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e9 = (e6 * v8[f]);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e12 = (e10 * v2[f]);
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e9 = (e6 * v8[(c0 + k)]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e12 = (e10 * v2[(c0 + k)]);
             acc14[k] += e12;
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v14[f] = acc14[k];
+          v14[(c0 + k)] = acc14[k];
         }
       } else {
         acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
@@ -263,20 +267,18 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v2 = b2 + nbr * 3;
           #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e9 = (e6 * v8[f]);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e12 = (e10 * v2[f]);
+          for (int k = 0; k < (int)((3) - c0); ++k) {
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e9 = (e6 * v8[(c0 + k)]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e12 = (e10 * v2[(c0 + k)]);
             acc14[k] += e12;
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v14[f] = acc14[k];
+        for (int k = 0; k < (int)((3) - c0); ++k) {
+          v14[(c0 + k)] = acc14[k];
         }
       }
     }
@@ -317,8 +319,8 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
     const scalar_t* v2 = b2 + r * 3;
     acc_t v13[3];
     acc_t v21[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      if (c0 + 16 <= 3) {
         acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
         acc_t acc21[16]; for (int k = 0; k < 16; ++k) acc21[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
@@ -333,26 +335,24 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
           const scalar_t* v0 = b0 + nbr * 3;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e8 = ((acc_t)1 / v7[f]);
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e8 = ((acc_t)1 / v7[(c0 + k)]);
             const acc_t e9 = (e6 * e8);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e11 = (e10 * v3[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            const acc_t e18 = ((acc_t)1 / v17[f]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e11 = (e10 * v3[(c0 + k)]);
+            const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
+            const acc_t e18 = ((acc_t)1 / v17[(c0 + k)]);
             const acc_t e19 = (e16 * e18);
-            const acc_t e20 = (v0[f] * e19);
+            const acc_t e20 = (v0[(c0 + k)] * e19);
             acc13[k] += e11;
             acc21[k] += e20;
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v13[f] = acc13[k];
-          v21[f] = acc21[k];
+          v13[(c0 + k)] = acc13[k];
+          v21[(c0 + k)] = acc21[k];
         }
       } else {
         acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
@@ -368,27 +368,25 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
           const acc_t* v17 = b9 + nbr * 3;
           const scalar_t* v0 = b0 + nbr * 3;
           #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e8 = ((acc_t)1 / v7[f]);
+          for (int k = 0; k < (int)((3) - c0); ++k) {
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e8 = ((acc_t)1 / v7[(c0 + k)]);
             const acc_t e9 = (e6 * e8);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e11 = (e10 * v3[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            const acc_t e18 = ((acc_t)1 / v17[f]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e11 = (e10 * v3[(c0 + k)]);
+            const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
+            const acc_t e18 = ((acc_t)1 / v17[(c0 + k)]);
             const acc_t e19 = (e16 * e18);
-            const acc_t e20 = (v0[f] * e19);
+            const acc_t e20 = (v0[(c0 + k)] * e19);
             acc13[k] += e11;
             acc21[k] += e20;
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v13[f] = acc13[k];
-          v21[f] = acc21[k];
+        for (int k = 0; k < (int)((3) - c0); ++k) {
+          v13[(c0 + k)] = acc13[k];
+          v21[(c0 + k)] = acc21[k];
         }
       }
     }
