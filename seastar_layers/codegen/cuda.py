@@ -110,11 +110,19 @@ class CudaDialect(Dialect):
     def sync(self) -> list[str]:
         return ["__syncwarp(group_mask);"]
 
-    def block_layout(self, size: str) -> BlockLayout:
-        return BlockLayout(f"((int64_t)lanes * {SLOTS})", SLOTS, [(None, str(SLOTS), None)],
+    def block_layout(self, shape: tuple, size: str) -> BlockLayout:
+        # lanes split the flat elements (f = f0 + lane + lanes * k): every value is computed per slot
+        # from its operands at the slot's coordinates, so lanes never wait for each other
+        coords = []
+        non_unit = [d for d, n in enumerate(shape) if n != 1]
+        for d, (extent, stride) in enumerate(zip(shape, strides(shape), strict=True)):
+            quotient = "f" if stride == 1 else f"(f / ({stride}))"
+            coords.append("0" if extent == 1 else quotient if d == non_unit[0] else f"({quotient} % ({extent}))")
+        return BlockLayout([f"for (int64_t f0 = 0; f0 < {size}; f0 += (int64_t)lanes * {SLOTS}) {{"], ["}"], SLOTS,
+                           [(None, str(SLOTS), None)],
                            ["#pragma unroll", "for (int k = 0; k < WIDTH; ++k) {",
                             "  const int64_t f = f0 + lane + (int64_t)lanes * k;", "  if (f < SIZE) {"],
-                           ["  }", "}"], "f")
+                           ["  }", "}"], coords, "f", non_unit[-1], None)
 
     def run_kernels(self, kernels: list, params: str) -> list[str]:
         lines = ["cudaStream_t st = (cudaStream_t)stream;"]

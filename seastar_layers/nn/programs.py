@@ -43,8 +43,12 @@ def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: to
         logits = [e.src.a_src + (v.a_dst if with_dst else 0) + (e.a_edge if with_edge else 0) for e in v.inedges]
         weights = [torch.exp(torch.where(s > 0, s, s * slope)) for s in logits]
         total = sum(weights)
-        alpha = [w / total * (e.mask if with_dropout else 1) for w, e in zip(weights, v.inedges)]
-        out = sum(a * e.src.x for a, e in zip(alpha, v.inedges))
+        kept = [w * (e.mask if with_dropout else 1) for w, e in zip(weights, v.inedges)]
+        # normalised once per row, not per edge: the backward then finds sum_e alpha_e (g . x_u) from
+        # the saved weighted sum at the row, instead of sweeping the edges for it (rows without
+        # in-edges take the untaken branch: PyG's 0)
+        out = torch.where(len(v.innbs) > 0, sum(k * e.src.x for k, e in zip(kept, v.inedges)) / total, 0)
+        alpha = [k / total for k in kept]
         return (out, alpha) if with_attention else out
 
     names = ["a_src", "x"] + ["a_dst"] * with_dst + ["a_edge"] * with_edge + ["mask"] * with_dropout

@@ -55,8 +55,8 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     (void)begin; (void)end;
     const scalar_t* v3 = b2 + r * 6;
     acc_t v5[6];
-    for (int64_t f0 = 0; f0 < 6; f0 += 16) {
-      if (f0 + 16 <= 6) {
+    for (int64_t c0 = 0; c0 < 6; c0 += 16) {
+      if (c0 + 16 <= 6) {
         acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
@@ -65,16 +65,14 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           const scalar_t* v1 = b1 + nbr * 6;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e2 = (v0[f] * v1[f]);
-            const acc_t e4 = (e2 + v3[f]);
+            const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
+            const acc_t e4 = (e2 + v3[(c0 + k)]);
             acc5[k] += e4;
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v5[f] = acc5[k];
+          v5[(c0 + k)] = acc5[k];
         }
       } else {
         acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
@@ -84,17 +82,15 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           const scalar_t* v0 = b0 + eid * 6;
           const scalar_t* v1 = b1 + nbr * 6;
           #pragma omp simd
-          for (int k = 0; k < (int)((6) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e2 = (v0[f] * v1[f]);
-            const acc_t e4 = (e2 + v3[f]);
+          for (int k = 0; k < (int)((6) - c0); ++k) {
+            const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
+            const acc_t e4 = (e2 + v3[(c0 + k)]);
             acc5[k] += e4;
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((6) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v5[f] = acc5[k];
+        for (int k = 0; k < (int)((6) - c0); ++k) {
+          v5[(c0 + k)] = acc5[k];
         }
       }
     }
@@ -202,8 +198,8 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t v6[6];
-    for (int64_t f0 = 0; f0 < 6; f0 += 16) {
-      if (f0 + 16 <= 6) {
+    for (int64_t c0 = 0; c0 < 6; c0 += 16) {
+      if (c0 + 16 <= 6) {
         acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
@@ -212,15 +208,13 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
           const scalar_t* v4 = b2 + eid * 6;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e5 = (v0[f] * v4[f]);
+            const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
             acc6[k] += e5;
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v6[f] = acc6[k];
+          v6[(c0 + k)] = acc6[k];
         }
       } else {
         acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
@@ -230,16 +224,14 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
           const scalar_t* v0 = b0 + nbr * 6;
           const scalar_t* v4 = b2 + eid * 6;
           #pragma omp simd
-          for (int k = 0; k < (int)((6) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e5 = (v0[f] * v4[f]);
+          for (int k = 0; k < (int)((6) - c0); ++k) {
+            const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
             acc6[k] += e5;
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((6) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v6[f] = acc6[k];
+        for (int k = 0; k < (int)((6) - c0); ++k) {
+          v6[(c0 + k)] = acc6[k];
         }
       }
     }

@@ -60,30 +60,30 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     (void)begin; (void)end;
     const scalar_t* v3 = b2 + r * 6;
     acc_t* __restrict__ v5 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 6; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc5[4]; for (int k = 0; k < 4; ++k) acc5[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + eid * 6;
-          const scalar_t* v1 = b1 + nbr * 6;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 6) {
-              const acc_t e2 = (v0[f] * v1[f]);
-              const acc_t e4 = (e2 + v3[f]);
-              acc5[k] += e4;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 6; f0 += (int64_t)lanes * 4) {
+      acc_t acc5[4]; for (int k = 0; k < 4; ++k) acc5[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + eid * 6;
+        const scalar_t* v1 = b1 + nbr * 6;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 6) {
-            v5[f] = acc5[k];
+            const acc_t e2 = (v0[f] * v1[f]);
+            const acc_t e4 = (e2 + v3[f]);
+            acc5[k] += e4;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 6) {
+          v5[f] = acc5[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 6; f += lanes) {
@@ -222,29 +222,29 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v6 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 6; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc6[4]; for (int k = 0; k < 4; ++k) acc6[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 6;
-          const scalar_t* v4 = b2 + eid * 6;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 6) {
-              const acc_t e5 = (v0[f] * v4[f]);
-              acc6[k] += e5;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 6; f0 += (int64_t)lanes * 4) {
+      acc_t acc6[4]; for (int k = 0; k < 4; ++k) acc6[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 6;
+        const scalar_t* v4 = b2 + eid * 6;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 6) {
-            v6[f] = acc6[k];
+            const acc_t e5 = (v0[f] * v4[f]);
+            acc6[k] += e5;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 6) {
+          v6[f] = acc6[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 6; f += lanes) {

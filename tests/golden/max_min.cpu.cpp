@@ -58,8 +58,8 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     const scalar_t* v2 = b1 + r * 3;
     acc_t v1[3];
     acc_t v4[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      if (c0 + 16 <= 3) {
         acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
         acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (acc_t)INFINITY;
         for (int64_t j = begin; j < end; ++j) {
@@ -68,17 +68,15 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           const scalar_t* v0 = b0 + nbr * 3;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e3 = (v0[f] * v2[f]);
-            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+            const acc_t e3 = (v0[(c0 + k)] * v2[(c0 + k)]);
+            acc1[k] = (v0[(c0 + k)] > acc1[k] || v0[(c0 + k)] != v0[(c0 + k)]) ? v0[(c0 + k)] : acc1[k];
             acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v1[f] = acc1[k];
-          v4[f] = acc4[k];
+          v1[(c0 + k)] = acc1[k];
+          v4[(c0 + k)] = acc4[k];
         }
       } else {
         acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
@@ -88,18 +86,16 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * 3;
           #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e3 = (v0[f] * v2[f]);
-            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+          for (int k = 0; k < (int)((3) - c0); ++k) {
+            const acc_t e3 = (v0[(c0 + k)] * v2[(c0 + k)]);
+            acc1[k] = (v0[(c0 + k)] > acc1[k] || v0[(c0 + k)] != v0[(c0 + k)]) ? v0[(c0 + k)] : acc1[k];
             acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v1[f] = acc1[k];
-          v4[f] = acc4[k];
+        for (int k = 0; k < (int)((3) - c0); ++k) {
+          v1[(c0 + k)] = acc1[k];
+          v4[(c0 + k)] = acc4[k];
         }
       }
     }
@@ -192,8 +188,8 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
     const acc_t* v15 = b5 + r * 3;
     acc_t v7[3];
     acc_t v17[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      if (c0 + 16 <= 3) {
         acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
         acc_t acc17[16]; for (int k = 0; k < 16; ++k) acc17[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
@@ -202,19 +198,17 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           const scalar_t* v2 = b2 + nbr * 3;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
             acc7[k] += e6;
             acc17[k] += e16;
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v7[f] = acc7[k];
-          v17[f] = acc17[k];
+          v7[(c0 + k)] = acc7[k];
+          v17[(c0 + k)] = acc17[k];
         }
       } else {
         acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
@@ -224,20 +218,18 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v2 = b2 + nbr * 3;
           #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+          for (int k = 0; k < (int)((3) - c0); ++k) {
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
             acc7[k] += e6;
             acc17[k] += e16;
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v7[f] = acc7[k];
-          v17[f] = acc17[k];
+        for (int k = 0; k < (int)((3) - c0); ++k) {
+          v7[(c0 + k)] = acc7[k];
+          v17[(c0 + k)] = acc17[k];
         }
       }
     }
@@ -247,8 +239,8 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
       v8[i0] = ((acc_t)1 / v7[i0]);
     }
     acc_t v14[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      if (c0 + 16 <= 3) {
         acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
@@ -256,19 +248,17 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           const scalar_t* v2 = b2 + nbr * 3;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e9 = (e6 * v8[f]);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e12 = (e10 * v2[f]);
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e9 = (e6 * v8[(c0 + k)]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e12 = (e10 * v2[(c0 + k)]);
             acc14[k] += e12;
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v14[f] = acc14[k];
+          v14[(c0 + k)] = acc14[k];
         }
       } else {
         acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
@@ -277,20 +267,18 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v2 = b2 + nbr * 3;
           #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e9 = (e6 * v8[f]);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e12 = (e10 * v2[f]);
+          for (int k = 0; k < (int)((3) - c0); ++k) {
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e9 = (e6 * v8[(c0 + k)]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e12 = (e10 * v2[(c0 + k)]);
             acc14[k] += e12;
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v14[f] = acc14[k];
+        for (int k = 0; k < (int)((3) - c0); ++k) {
+          v14[(c0 + k)] = acc14[k];
         }
       }
     }
@@ -331,8 +319,8 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
     const scalar_t* v2 = b2 + r * 3;
     acc_t v13[3];
     acc_t v21[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      if (c0 + 16 <= 3) {
         acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
         acc_t acc21[16]; for (int k = 0; k < 16; ++k) acc21[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
@@ -347,26 +335,24 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
           const scalar_t* v0 = b0 + nbr * 3;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e8 = ((acc_t)1 / v7[f]);
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e8 = ((acc_t)1 / v7[(c0 + k)]);
             const acc_t e9 = (e6 * e8);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e11 = (e10 * v3[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            const acc_t e18 = ((acc_t)1 / v17[f]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e11 = (e10 * v3[(c0 + k)]);
+            const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
+            const acc_t e18 = ((acc_t)1 / v17[(c0 + k)]);
             const acc_t e19 = (e16 * e18);
-            const acc_t e20 = (v0[f] * e19);
+            const acc_t e20 = (v0[(c0 + k)] * e19);
             acc13[k] += e11;
             acc21[k] += e20;
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v13[f] = acc13[k];
-          v21[f] = acc21[k];
+          v13[(c0 + k)] = acc13[k];
+          v21[(c0 + k)] = acc21[k];
         }
       } else {
         acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
@@ -382,27 +368,25 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
           const acc_t* v17 = b9 + nbr * 3;
           const scalar_t* v0 = b0 + nbr * 3;
           #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e8 = ((acc_t)1 / v7[f]);
+          for (int k = 0; k < (int)((3) - c0); ++k) {
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+            const acc_t e8 = ((acc_t)1 / v7[(c0 + k)]);
             const acc_t e9 = (e6 * e8);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e11 = (e10 * v3[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            const acc_t e18 = ((acc_t)1 / v17[f]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e11 = (e10 * v3[(c0 + k)]);
+            const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
+            const acc_t e18 = ((acc_t)1 / v17[(c0 + k)]);
             const acc_t e19 = (e16 * e18);
-            const acc_t e20 = (v0[f] * e19);
+            const acc_t e20 = (v0[(c0 + k)] * e19);
             acc13[k] += e11;
             acc21[k] += e20;
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v13[f] = acc13[k];
-          v21[f] = acc21[k];
+        for (int k = 0; k < (int)((3) - c0); ++k) {
+          v13[(c0 + k)] = acc13[k];
+          v21[(c0 + k)] = acc21[k];
         }
       }
     }

@@ -63,31 +63,31 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     const scalar_t* v2 = b1 + r * 3;
     acc_t* __restrict__ v1 = scratch + 0;
     acc_t* __restrict__ v4 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)__int_as_float((int)0xff800000);
-        acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float(0x7f800000);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 3) {
-              const acc_t e3 = (v0[f] * v2[f]);
-              acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
-              acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+      acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)__int_as_float((int)0xff800000);
+      acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float(0x7f800000);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
-            v1[f] = acc1[k];
-            v4[f] = acc4[k];
+            const acc_t e3 = (v0[f] * v2[f]);
+            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+            acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 3) {
+          v1[f] = acc1[k];
+          v4[f] = acc4[k];
+        }
+      }
     }
     if (begin == end) {
       for (int64_t f = lane; f < 3; f += lanes) {
@@ -199,33 +199,33 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const acc_t* v15 = b5 + r * 3;
     acc_t* __restrict__ v7 = scratch + 0;
     acc_t* __restrict__ v17 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc7[4]; for (int k = 0; k < 4; ++k) acc7[k] = (acc_t)0.0;
-        acc_t acc17[4]; for (int k = 0; k < 4; ++k) acc17[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v2 = b2 + nbr * 3;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 3) {
-              const acc_t e4 = (v2[f] * v3[f]);
-              const acc_t e6 = (acc_t)(e4 == v5[f]);
-              const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-              acc7[k] += e6;
-              acc17[k] += e16;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+      acc_t acc7[4]; for (int k = 0; k < 4; ++k) acc7[k] = (acc_t)0.0;
+      acc_t acc17[4]; for (int k = 0; k < 4; ++k) acc17[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v2 = b2 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
-            v7[f] = acc7[k];
-            v17[f] = acc17[k];
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            acc7[k] += e6;
+            acc17[k] += e16;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 3) {
+          v7[f] = acc7[k];
+          v17[f] = acc17[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     const scalar_t* v1 = b1 + r * 3;
@@ -234,32 +234,32 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       v8[i0] = ((acc_t)1 / v7[i0]);
     }
     acc_t* __restrict__ v14 = scratch + (3) + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v2 = b2 + nbr * 3;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 3) {
-              const acc_t e4 = (v2[f] * v3[f]);
-              const acc_t e6 = (acc_t)(e4 == v5[f]);
-              const acc_t e9 = (e6 * v8[f]);
-              const acc_t e10 = (v1[f] * e9);
-              const acc_t e12 = (e10 * v2[f]);
-              acc14[k] += e12;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+      acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v2 = b2 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
-            v14[f] = acc14[k];
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e9 = (e6 * v8[f]);
+            const acc_t e10 = (v1[f] * e9);
+            const acc_t e12 = (e10 * v2[f]);
+            acc14[k] += e12;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 3) {
+          v14[f] = acc14[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 3; f += lanes) {
@@ -308,46 +308,46 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const scalar_t* v2 = b2 + r * 3;
     acc_t* __restrict__ v13 = scratch + 0;
     acc_t* __restrict__ v21 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
-        acc_t acc21[4]; for (int k = 0; k < 4; ++k) acc21[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v3 = b3 + nbr * 3;
-          const acc_t* v5 = b4 + nbr * 3;
-          const acc_t* v7 = b8 + nbr * 3;
-          const scalar_t* v1 = b1 + nbr * 3;
-          const acc_t* v15 = b5 + nbr * 3;
-          const acc_t* v17 = b9 + nbr * 3;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 3) {
-              const acc_t e4 = (v2[f] * v3[f]);
-              const acc_t e6 = (acc_t)(e4 == v5[f]);
-              const acc_t e8 = ((acc_t)1 / v7[f]);
-              const acc_t e9 = (e6 * e8);
-              const acc_t e10 = (v1[f] * e9);
-              const acc_t e11 = (e10 * v3[f]);
-              const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-              const acc_t e18 = ((acc_t)1 / v17[f]);
-              const acc_t e19 = (e16 * e18);
-              const acc_t e20 = (v0[f] * e19);
-              acc13[k] += e11;
-              acc21[k] += e20;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+      acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
+      acc_t acc21[4]; for (int k = 0; k < 4; ++k) acc21[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b3 + nbr * 3;
+        const acc_t* v5 = b4 + nbr * 3;
+        const acc_t* v7 = b8 + nbr * 3;
+        const scalar_t* v1 = b1 + nbr * 3;
+        const acc_t* v15 = b5 + nbr * 3;
+        const acc_t* v17 = b9 + nbr * 3;
+        const scalar_t* v0 = b0 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
-            v13[f] = acc13[k];
-            v21[f] = acc21[k];
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e8 = ((acc_t)1 / v7[f]);
+            const acc_t e9 = (e6 * e8);
+            const acc_t e10 = (v1[f] * e9);
+            const acc_t e11 = (e10 * v3[f]);
+            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            const acc_t e18 = ((acc_t)1 / v17[f]);
+            const acc_t e19 = (e16 * e18);
+            const acc_t e20 = (v0[f] * e19);
+            acc13[k] += e11;
+            acc21[k] += e20;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 3) {
+          v13[f] = acc13[k];
+          v21[f] = acc21[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     acc_t v22[3];

@@ -61,129 +61,110 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 10;
-    acc_t v4[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v4[i0] = (acc_t)__int_as_float((int)0xff800000);
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t* __restrict__ v2 = scratch + 0;
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
+    acc_t* __restrict__ v4 = scratch + 0;
+    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+      acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 2) {
+            acc_t e3 = 0;
+            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
+            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
+          }
+        }
       }
-      __syncwarp(group_mask);
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 2) {
+          v4[f] = acc4[k];
+        }
       }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v4[i0] = (v3[i0] > v4[i0] || v3[i0] != v3[i0]) ? v3[i0] : v4[i0];
-      }
-      __syncwarp(group_mask);
     }
     if (begin == end) {
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v4[i0] = 0;
+      for (int64_t f = lane; f < 2; f += lanes) {
+        v4[f] = 0;
       }
     }
+    __syncwarp(group_mask);
     acc_t v5[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v5[i0] = (-v4[i0]);
     }
-    acc_t v8[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v8[i0] = (acc_t)0.0;
+    acc_t* __restrict__ v8 = scratch + (2);
+    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+      acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 2) {
+            acc_t e3 = 0;
+            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
+            const acc_t e6 = (e3 + v5[f]);
+            const acc_t e7 = expf(e6);
+            acc8[k] += e7;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 2) {
+          v8[f] = acc8[k];
+        }
+      }
     }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t* __restrict__ v2 = scratch + 0;
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
-      }
-      acc_t v6[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v6[i0] = (v3[i0] + v5[i0]);
-      }
-      acc_t v7[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v7[i0] = expf(v6[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v8[i0] += v7[i0];
-      }
-      __syncwarp(group_mask);
-    }
+    __syncwarp(group_mask);
     acc_t v9[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
-    acc_t* __restrict__ v13 = scratch + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
-      v13[f] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t* __restrict__ v2 = scratch + 0;
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
+    acc_t* __restrict__ v13 = scratch + (2) + (2);
+    for (int64_t f0 = 0; f0 < 10; f0 += (int64_t)lanes * 4) {
+      acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 10) {
+            acc_t e3 = 0;
+            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(f / (5)) * 5 + r3_1] * v1[(f / (5)) * 5 + r3_1]);
+            const acc_t e6 = (e3 + v5[(f / (5))]);
+            const acc_t e7 = expf(e6);
+            const acc_t e10 = (e7 * v9[(f / (5))]);
+            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + expf(-v0[f])));
+            const acc_t e12 = (e10 * e11);
+            acc13[k] += e12;
+          }
+        }
       }
-      __syncwarp(group_mask);
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 10) {
+          v13[f] = acc13[k];
+        }
       }
-      acc_t v6[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v6[i0] = (v3[i0] + v5[i0]);
-      }
-      acc_t v7[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v7[i0] = expf(v6[i0]);
-      }
-      acc_t v10[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v10[i0] = (v7[i0] * v9[i0]);
-      }
-      acc_t* __restrict__ v11 = scratch + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v11[f] = ((acc_t)1 / ((acc_t)1 + expf(-v0[f])));
-      }
-      __syncwarp(group_mask);
-      acc_t* __restrict__ v12 = scratch + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        const int64_t i0 = (f / (5));
-        v12[f] = (v10[i0] * v11[f]);
-      }
-      __syncwarp(group_mask);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v13[f] += v12[f];
-      }
-      __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v14 = scratch + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v14 = scratch + (2) + (2) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v14[f] = (v1[f] + v13[f]);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v15 = scratch + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v15 = scratch + (2) + (2) + (10) + (10);
     for (int64_t f = lane; f < 5; f += lanes) {
       const int64_t i0 = f;
       acc_t total = 0;
@@ -191,7 +172,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       v15[f] = total;
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v17 = scratch + (10) + (10) + (10) + (10) + (10) + (5);
+    acc_t* __restrict__ v17 = scratch + (2) + (2) + (10) + (10) + (5);
     for (int64_t f = lane; f < 5; f += lanes) {
       v17[f] = (v15[f] * (acc_t)0.5);
     }
@@ -212,7 +193,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     {
       v20[0] = (v19[0] * (acc_t)0.5);
     }
-    acc_t* __restrict__ v21 = scratch + (10) + (10) + (10) + (10) + (10) + (5) + (5);
+    acc_t* __restrict__ v21 = scratch + (2) + (2) + (10) + (10) + (5) + (5);
     for (int64_t f = lane; f < 5; f += lanes) {
       v21[f] = (v17[f] + v20[0]);
     }
@@ -253,7 +234,7 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (10) + (10) + (10) + (10) + (10) + (5) + (5) + (5);
+    p.scratch_per_row = (2) + (2) + (10) + (10) + (5) + (5) + (5);
     const int64_t groups_per_block = 256 / lanes;
     const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
     if (shared > 232448)
@@ -357,58 +338,37 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v21[i0] = (-v20[i0]);
     }
-    acc_t v37[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v37[i0] = (acc_t)0.0;
+    acc_t* __restrict__ v37 = scratch + (10) + (5) + (10) + (10);
+    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+      acc_t acc37[4]; for (int k = 0; k < 4; ++k) acc37[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v15 = b3 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 2) {
+            acc_t e19 = 0;
+            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[f * 5 + r19_1] * v5[f * 5 + r19_1]);
+            const acc_t e22 = (e19 + v21[f]);
+            const acc_t e23 = expf(e22);
+            acc_t e28 = 0;
+            for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[f * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + expf(-v15[f * 5 + r28_1]))));
+            const acc_t e36 = (e28 * e23);
+            acc37[k] += e36;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 2) {
+          v37[f] = acc37[k];
+        }
+      }
     }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v15 = b3 + nbr * 10;
-      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
-      }
-      __syncwarp(group_mask);
-      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v17[f] = (v14[f] * v16[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v28[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
-        v28[i0] = total;
-      }
-      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v18[f] = (v15[f] * v5[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v19[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
-        v19[i0] = total;
-      }
-      acc_t v22[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v22[i0] = (v19[i0] + v21[i0]);
-      }
-      acc_t v23[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v23[i0] = expf(v22[i0]);
-      }
-      acc_t v36[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v36[i0] = (v28[i0] * v23[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v37[i0] += v36[i0];
-      }
-      __syncwarp(group_mask);
-    }
+    __syncwarp(group_mask);
     const acc_t* v24 = b5 + r * 2;
     acc_t v25[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
@@ -426,7 +386,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v40[i0] = (-v39[i0]);
     }
-    acc_t* __restrict__ v48 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v48 = scratch + (10) + (5) + (10) + (10) + (2);
     for (int64_t f = lane; f < 10; f += lanes) {
       v48[f] = (acc_t)0.0;
     }
@@ -434,12 +394,12 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
       const scalar_t* v15 = b3 + nbr * 10;
-      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10);
+      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10) + (2) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (10);
+      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v17[f] = (v14[f] * v16[f]);
       }
@@ -458,7 +418,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v41[i0] = (v35[i0] + v40[i0]);
       }
-      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v18[f] = (v15[f] * v5[f]);
       }
@@ -481,13 +441,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v42[i0] = (v41[i0] * v23[i0]);
       }
-      acc_t* __restrict__ v43 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v43 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         const int64_t i0 = (f / (5));
         v43[f] = v42[i0];
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v45 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v45 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v45[f] = (v43[f] * v15[f]);
       }
@@ -498,7 +458,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v49 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v49 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v49[f] = (v14[f] + v48[f]);
     }
@@ -751,7 +711,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    p.scratch_per_row = (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     const int64_t groups_per_block = 256 / lanes;
     const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
     if (shared > 232448)

@@ -59,23 +59,29 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v3 = scratch + 0;
-    for (int64_t f = lane; f < s0; f += lanes) {
-      v3[f] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * s0;
-      const scalar_t* v1 = b1 + nbr * 1;
-      acc_t* __restrict__ v2 = scratch + (s0);
-      for (int64_t f = lane; f < s0; f += lanes) {
-        v2[f] = (v0[f] * v1[0]);
+    for (int64_t f0 = 0; f0 < s0; f0 += (int64_t)lanes * 4) {
+      acc_t acc3[4]; for (int k = 0; k < 4; ++k) acc3[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * s0;
+        const scalar_t* v1 = b1 + nbr * 1;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < s0) {
+            const acc_t e2 = (v0[f] * v1[0]);
+            acc3[k] += e2;
+          }
+        }
       }
-      __syncwarp(group_mask);
-      for (int64_t f = lane; f < s0; f += lanes) {
-        v3[f] += v2[f];
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < s0) {
+          v3[f] = acc3[k];
+        }
       }
-      __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < s0; f += lanes) {
@@ -103,7 +109,7 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (s0) + (s0);
+    p.scratch_per_row = (s0);
     const int64_t groups_per_block = 256 / lanes;
     const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
     if (shared > 232448)
@@ -158,27 +164,27 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v1 = scratch + 0;
-    for (int64_t f0 = 0; f0 < s0; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * s0;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < s0) {
-              acc1[k] += v0[f];
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < s0; f0 += (int64_t)lanes * 4) {
+      acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * s0;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < s0) {
-            v1[f] = acc1[k];
+            acc1[k] += v0[f];
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < s0) {
+          v1[f] = acc1[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     const scalar_t* v2 = b1 + r * 1;
