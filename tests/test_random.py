@@ -73,7 +73,7 @@ def test_backward_regenerates_the_forward_draws():
 
 
 def test_gradcheck_with_a_fixed_seed():
-    x = features()["x"]
+    x = features()["x"][:, :3].detach().requires_grad_()  # narrow: gradcheck perturbs every element
 
     def run(t):
         with torch.random.fork_rng():
