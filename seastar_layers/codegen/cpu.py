@@ -110,10 +110,14 @@ class CpuDialect(Dialect):
         open_lines.append(f"for (int64_t c0 = 0; c0 < {extent}; c0 += {BLOCK}) {{")
         outer = [f"o{d}" if n != 1 else "0" for d, n in enumerate(shape[:axis])]
         trailing = ["0"] * (len(shape) - axis - 1)
-        # a constant trip count for full blocks keeps the accumulators in registers
-        return BlockLayout(open_lines, ["}"] * len(open_lines), BLOCK,
-                           [(f"if (c0 + {BLOCK} <= {extent}) {{", str(BLOCK), None),
-                            ("} else {", f"(int)(({extent}) - c0)", "}")],
+        # a constant trip count for full blocks keeps the accumulators in registers; with a size
+        # known here, only the blocks that occur are rendered
+        variants = [(f"if (c0 + {BLOCK} <= {extent}) {{", str(BLOCK), None),
+                    ("} else {", f"(int)(({extent}) - c0)", "}")]
+        if isinstance(extent, int):
+            variants = [(None, str(BLOCK), None)] if extent % BLOCK == 0 else \
+                [(None, str(extent), None)] if extent < BLOCK else variants
+        return BlockLayout(open_lines, ["}"] * len(open_lines), BLOCK, variants,
                            ["#pragma omp simd", "for (int k = 0; k < WIDTH; ++k) {"], ["}"],
                            outer + ["(c0 + k)"] + trailing, None, axis, outer + ["0"] + trailing, "c0 == 0")
 

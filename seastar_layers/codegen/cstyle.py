@@ -13,7 +13,7 @@ import re
 
 from ..ir import OPS, BufferKey, Kind, Op, Space
 from ..ir.program import size_expr, strides, symbols_of
-from ..passes.schedule import Buffer, Kernel, Loop, Schedule
+from ..passes.schedule import Kernel, Loop, Schedule
 from .dialect import Dialect, ElementLoop, c_max
 
 # graph[]: in-CSR (indptr, sources, edge ids), out-CSR (indptr, destinations, edge ids), then the
@@ -542,10 +542,11 @@ class KernelRenderer:
                   f"const int64_t* __restrict__ nbrs = p.graph[{csr + 1}];",
                   f"const int64_t* __restrict__ eids = p.graph[{csr + 2}];",
                   f"const int64_t* __restrict__ order = p.graph[{6 if dst else 7}];", "(void)order;")
+        used = set(re.findall(r"\bb(\d+)\b", "\n".join(body)))
         for key, k in self.buffer_index.items():
-            ctype = self.buffers[key].c_type
-            self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
-        self.emit(" ".join(f"(void)b{k};" for k in self.buffer_index.values()))
+            if str(k) in used:
+                ctype = self.buffers[key].c_type
+                self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
         self.emit(*self.d.row_loop_open(n_rows, "order", bool(self.scratch_sizes)))
         self.lines.extend("  " + line for line in body)
         self.emit(*self.d.row_loop_close())
@@ -608,8 +609,9 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
     parts = [dialect.preamble(dtype), f"namespace {namespace} {{", *dialect.types(dtype), "",
              # not thread_local: emulated CUDA kernels run in fibers whose thread-local storage is reset
              "static const char* last_error = \"\";",
-             "static int seastar_fail(int code, const char* message) { last_error = message; return code; }", "",
-             *random_helpers(dialect)]
+             "static int seastar_fail(int code, const char* message) { last_error = message; return code; }", ""]
+    if any(n.op is Op.UNIFORM for sched in schedules.values() for n in sched.program.nodes):
+        parts += random_helpers(dialect)
     for name, sched in schedules.items():
         buffer_index = {b.key: k for k, b in enumerate(sched.buffers)}
         params = f"{name}_params"

@@ -12,20 +12,6 @@ typedef float acc_t;
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
-// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words
-static inline uint64_t seastar_mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static inline acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {
-  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);
-  // as many random bits as the mantissa holds, so the result is never 1
-  const int bits = sizeof(acc_t) == 4 ? 24 : 53;
-  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));
-}
-
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
@@ -48,7 +34,6 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:y@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
-  (void)b0; (void)b1; (void)b2; (void)b3;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -56,42 +41,22 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     const scalar_t* v3 = b2 + r * 6;
     acc_t v5[6];
     for (int64_t c0 = 0; c0 < 6; c0 += 16) {
-      if (c0 + 16 <= 6) {
-        acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + eid * 6;
-          const scalar_t* v1 = b1 + nbr * 6;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
-            const acc_t e4 = (e2 + v3[(c0 + k)]);
-            acc5[k] += e4;
-          }
-        }
+      acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + eid * 6;
+        const scalar_t* v1 = b1 + nbr * 6;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v5[(c0 + k)] = acc5[k];
+        for (int k = 0; k < 6; ++k) {
+          const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
+          const acc_t e4 = (e2 + v3[(c0 + k)]);
+          acc5[k] += e4;
         }
-      } else {
-        acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + eid * 6;
-          const scalar_t* v1 = b1 + nbr * 6;
-          #pragma omp simd
-          for (int k = 0; k < (int)((6) - c0); ++k) {
-            const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
-            const acc_t e4 = (e2 + v3[(c0 + k)]);
-            acc5[k] += e4;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((6) - c0); ++k) {
-          v5[(c0 + k)] = acc5[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 6; ++k) {
+        v5[(c0 + k)] = acc5[k];
       }
     }
     for (int64_t i0 = 0; i0 < 6; ++i0) {
@@ -144,11 +109,8 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:w@edge
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
-  scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
   scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -187,52 +149,29 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   const int64_t* __restrict__ order = p.graph[7];
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:w@edge
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
-  scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t v6[6];
     for (int64_t c0 = 0; c0 < 6; c0 += 16) {
-      if (c0 + 16 <= 6) {
-        acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 6;
-          const scalar_t* v4 = b2 + eid * 6;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
-            acc6[k] += e5;
-          }
-        }
+      acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 6;
+        const scalar_t* v4 = b2 + eid * 6;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v6[(c0 + k)] = acc6[k];
+        for (int k = 0; k < 6; ++k) {
+          const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
+          acc6[k] += e5;
         }
-      } else {
-        acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 6;
-          const scalar_t* v4 = b2 + eid * 6;
-          #pragma omp simd
-          for (int k = 0; k < (int)((6) - c0); ++k) {
-            const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
-            acc6[k] += e5;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((6) - c0); ++k) {
-          v6[(c0 + k)] = acc6[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 6; ++k) {
+        v6[(c0 + k)] = acc6[k];
       }
     }
     for (int64_t i0 = 0; i0 < 6; ++i0) {

@@ -12,20 +12,6 @@ typedef float acc_t;
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
-// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words
-static inline uint64_t seastar_mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static inline acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {
-  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);
-  // as many random bits as the mantissa holds, so the result is never 1
-  const int bits = sizeof(acc_t) == 4 ? 24 : 53;
-  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));
-}
-
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
@@ -50,7 +36,6 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -58,40 +43,21 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     const scalar_t* v1 = b1 + r * 4;
     acc_t v4[4];
     for (int64_t c0 = 0; c0 < 4; c0 += 16) {
-      if (c0 + 16 <= 4) {
-        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const acc_t e2 = (v0[(c0 + k)] + v1[(c0 + k)]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
+      acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 4;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v4[(c0 + k)] = acc4[k];
+        for (int k = 0; k < 4; ++k) {
+          const acc_t e2 = (v0[(c0 + k)] + v1[(c0 + k)]);
+          const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+          acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
         }
-      } else {
-        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma omp simd
-          for (int k = 0; k < (int)((4) - c0); ++k) {
-            const acc_t e2 = (v0[(c0 + k)] + v1[(c0 + k)]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((4) - c0); ++k) {
-          v4[(c0 + k)] = acc4[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 4; ++k) {
+        v4[(c0 + k)] = acc4[k];
       }
     }
     if (begin == end) {
@@ -105,44 +71,23 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     }
     acc_t v8[4];
     for (int64_t c0 = 0; c0 < 4; c0 += 16) {
-      if (c0 + 16 <= 4) {
-        acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const acc_t e2 = (v0[(c0 + k)] + v1[(c0 + k)]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            const acc_t e6 = (e3 + v5[(c0 + k)]);
-            const acc_t e7 = std::exp(e6);
-            acc8[k] += e7;
-          }
-        }
+      acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 4;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v8[(c0 + k)] = acc8[k];
+        for (int k = 0; k < 4; ++k) {
+          const acc_t e2 = (v0[(c0 + k)] + v1[(c0 + k)]);
+          const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+          const acc_t e6 = (e3 + v5[(c0 + k)]);
+          const acc_t e7 = std::exp(e6);
+          acc8[k] += e7;
         }
-      } else {
-        acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma omp simd
-          for (int k = 0; k < (int)((4) - c0); ++k) {
-            const acc_t e2 = (v0[(c0 + k)] + v1[(c0 + k)]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            const acc_t e6 = (e3 + v5[(c0 + k)]);
-            const acc_t e7 = std::exp(e6);
-            acc8[k] += e7;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((4) - c0); ++k) {
-          v8[(c0 + k)] = acc8[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 4; ++k) {
+        v8[(c0 + k)] = acc8[k];
       }
     }
     acc_t v9[4];
@@ -152,50 +97,26 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     acc_t v13[32];
     for (int64_t o0 = 0; o0 < 4; ++o0) {
       for (int64_t c0 = 0; c0 < 8; c0 += 16) {
-        if (c0 + 16 <= 8) {
-          acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-          for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
-            const scalar_t* v0 = b0 + nbr * 4;
-            const scalar_t* v11 = b2 + nbr * 32;
-            const acc_t s2 = (v0[o0] + v1[o0]);
-            const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
-            const acc_t s6 = (s3 + v5[o0]);
-            const acc_t s7 = std::exp(s6);
-            const acc_t s10 = (s7 * v9[o0]);
-            #pragma omp simd
-            for (int k = 0; k < 16; ++k) {
-              const acc_t e12 = (s10 * v11[o0 * 8 + (c0 + k)]);
-              acc13[k] += e12;
-            }
-          }
+        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 4;
+          const scalar_t* v11 = b2 + nbr * 32;
+          const acc_t s2 = (v0[o0] + v1[o0]);
+          const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
+          const acc_t s6 = (s3 + v5[o0]);
+          const acc_t s7 = std::exp(s6);
+          const acc_t s10 = (s7 * v9[o0]);
           #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            v13[o0 * 8 + (c0 + k)] = acc13[k];
+          for (int k = 0; k < 8; ++k) {
+            const acc_t e12 = (s10 * v11[o0 * 8 + (c0 + k)]);
+            acc13[k] += e12;
           }
-        } else {
-          acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-          for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
-            const scalar_t* v0 = b0 + nbr * 4;
-            const scalar_t* v11 = b2 + nbr * 32;
-            const acc_t s2 = (v0[o0] + v1[o0]);
-            const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
-            const acc_t s6 = (s3 + v5[o0]);
-            const acc_t s7 = std::exp(s6);
-            const acc_t s10 = (s7 * v9[o0]);
-            #pragma omp simd
-            for (int k = 0; k < (int)((8) - c0); ++k) {
-              const acc_t e12 = (s10 * v11[o0 * 8 + (c0 + k)]);
-              acc13[k] += e12;
-            }
-          }
-          #pragma omp simd
-          for (int k = 0; k < (int)((8) - c0); ++k) {
-            v13[o0 * 8 + (c0 + k)] = acc13[k];
-          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 8; ++k) {
+          v13[o0 * 8 + (c0 + k)] = acc13[k];
         }
       }
     }
@@ -261,11 +182,8 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
-  scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -279,52 +197,27 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
     }
     acc_t v19[4];
     for (int64_t c0 = 0; c0 < 4; c0 += 16) {
-      if (c0 + 16 <= 4) {
-        acc_t acc19[16]; for (int k = 0; k < 16; ++k) acc19[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v3 = b2 + nbr * 4;
-          const scalar_t* v1 = b1 + nbr * 32;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
-            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-            const acc_t e9 = (e6 + v8[(c0 + k)]);
-            const acc_t e10 = std::exp(e9);
-            acc_t e15 = 0;
-            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
-            const acc_t e18 = (e15 * e10);
-            acc19[k] += e18;
-          }
-        }
+      acc_t acc19[16]; for (int k = 0; k < 16; ++k) acc19[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b2 + nbr * 4;
+        const scalar_t* v1 = b1 + nbr * 32;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v19[(c0 + k)] = acc19[k];
+        for (int k = 0; k < 4; ++k) {
+          const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
+          const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
+          const acc_t e9 = (e6 + v8[(c0 + k)]);
+          const acc_t e10 = std::exp(e9);
+          acc_t e15 = 0;
+          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
+          const acc_t e18 = (e15 * e10);
+          acc19[k] += e18;
         }
-      } else {
-        acc_t acc19[16]; for (int k = 0; k < 16; ++k) acc19[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v3 = b2 + nbr * 4;
-          const scalar_t* v1 = b1 + nbr * 32;
-          #pragma omp simd
-          for (int k = 0; k < (int)((4) - c0); ++k) {
-            const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
-            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-            const acc_t e9 = (e6 + v8[(c0 + k)]);
-            const acc_t e10 = std::exp(e9);
-            acc_t e15 = 0;
-            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
-            const acc_t e18 = (e15 * e10);
-            acc19[k] += e18;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((4) - c0); ++k) {
-          v19[(c0 + k)] = acc19[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 4; ++k) {
+        v19[(c0 + k)] = acc19[k];
       }
     }
     const acc_t* v11 = b5 + r * 4;
@@ -346,62 +239,32 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
     }
     acc_t v32[4];
     for (int64_t c0 = 0; c0 < 4; c0 += 16) {
-      if (c0 + 16 <= 4) {
-        acc_t acc32[16]; for (int k = 0; k < 16; ++k) acc32[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v3 = b2 + nbr * 4;
-          const scalar_t* v1 = b1 + nbr * 32;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
-            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-            const acc_t e9 = (e6 + v8[(c0 + k)]);
-            const acc_t e10 = std::exp(e9);
-            acc_t e15 = 0;
-            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
-            const acc_t e17 = (e15 * v12[(c0 + k)]);
-            const acc_t e23 = (e17 + v22[(c0 + k)]);
-            const acc_t e24 = (e23 * e10);
-            const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
-            const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e30 = (e24 * e29);
-            acc32[k] += e30;
-          }
-        }
+      acc_t acc32[16]; for (int k = 0; k < 16; ++k) acc32[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b2 + nbr * 4;
+        const scalar_t* v1 = b1 + nbr * 32;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v32[(c0 + k)] = acc32[k];
+        for (int k = 0; k < 4; ++k) {
+          const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
+          const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
+          const acc_t e9 = (e6 + v8[(c0 + k)]);
+          const acc_t e10 = std::exp(e9);
+          acc_t e15 = 0;
+          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
+          const acc_t e17 = (e15 * v12[(c0 + k)]);
+          const acc_t e23 = (e17 + v22[(c0 + k)]);
+          const acc_t e24 = (e23 * e10);
+          const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
+          const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t e30 = (e24 * e29);
+          acc32[k] += e30;
         }
-      } else {
-        acc_t acc32[16]; for (int k = 0; k < 16; ++k) acc32[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v3 = b2 + nbr * 4;
-          const scalar_t* v1 = b1 + nbr * 32;
-          #pragma omp simd
-          for (int k = 0; k < (int)((4) - c0); ++k) {
-            const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
-            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-            const acc_t e9 = (e6 + v8[(c0 + k)]);
-            const acc_t e10 = std::exp(e9);
-            acc_t e15 = 0;
-            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
-            const acc_t e17 = (e15 * v12[(c0 + k)]);
-            const acc_t e23 = (e17 + v22[(c0 + k)]);
-            const acc_t e24 = (e23 * e10);
-            const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
-            const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e30 = (e24 * e29);
-            acc32[k] += e30;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((4) - c0); ++k) {
-          v32[(c0 + k)] = acc32[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 4; ++k) {
+        v32[(c0 + k)] = acc32[k];
       }
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
@@ -427,10 +290,8 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -441,93 +302,48 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
     acc_t v31[4];
     for (int64_t o0 = 0; o0 < 4; ++o0) {
       for (int64_t c0 = 0; c0 < 8; c0 += 16) {
-        if (c0 + 16 <= 8) {
-          acc_t acc16[16]; for (int k = 0; k < 16; ++k) acc16[k] = (acc_t)0.0;
-          acc_t acc31 = (acc_t)0.0;
-          for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
-            const scalar_t* v4 = b3 + nbr * 4;
-            const acc_t* v7 = b4 + nbr * 4;
-            const acc_t* v11 = b5 + nbr * 4;
-            const scalar_t* v0 = b0 + nbr * 32;
-            const acc_t* v19 = b9 + nbr * 4;
-            const acc_t s5 = (v3[o0] + v4[o0]);
-            const acc_t s6 = (s5 > 0 ? s5 : s5 * (acc_t)0.2);
-            const acc_t s8 = (-v7[o0]);
-            const acc_t s9 = (s6 + s8);
-            const acc_t s10 = std::exp(s9);
-            const acc_t s12 = ((acc_t)1 / v11[o0]);
-            const acc_t s13 = (s10 * s12);
-            if (c0 == 0) {
-              acc_t s15 = 0;
-              for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) s15 += (v0[o0 * 8 + r15_1] * v1[o0 * 8 + r15_1]);
-              const acc_t s17 = (s15 * s12);
-              const acc_t s20 = (s12 * s12);
-              const acc_t s21 = (v19[o0] * s20);
-              const acc_t s22 = (-s21);
-              const acc_t s23 = (s17 + s22);
-              const acc_t s24 = (s23 * s10);
-              const acc_t s26 = (acc_t)(s5 > (acc_t)0.0);
-              const acc_t s29 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-              const acc_t s30 = (s24 * s29);
-              acc31 += s30;
-            }
-            #pragma omp simd
-            for (int k = 0; k < 16; ++k) {
-              const acc_t e14 = (v0[o0 * 8 + (c0 + k)] * s13);
-              acc16[k] += e14;
-            }
+        acc_t acc16[16]; for (int k = 0; k < 16; ++k) acc16[k] = (acc_t)0.0;
+        acc_t acc31 = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v4 = b3 + nbr * 4;
+          const acc_t* v7 = b4 + nbr * 4;
+          const acc_t* v11 = b5 + nbr * 4;
+          const scalar_t* v0 = b0 + nbr * 32;
+          const acc_t* v19 = b9 + nbr * 4;
+          const acc_t s5 = (v3[o0] + v4[o0]);
+          const acc_t s6 = (s5 > 0 ? s5 : s5 * (acc_t)0.2);
+          const acc_t s8 = (-v7[o0]);
+          const acc_t s9 = (s6 + s8);
+          const acc_t s10 = std::exp(s9);
+          const acc_t s12 = ((acc_t)1 / v11[o0]);
+          const acc_t s13 = (s10 * s12);
+          if (c0 == 0) {
+            acc_t s15 = 0;
+            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) s15 += (v0[o0 * 8 + r15_1] * v1[o0 * 8 + r15_1]);
+            const acc_t s17 = (s15 * s12);
+            const acc_t s20 = (s12 * s12);
+            const acc_t s21 = (v19[o0] * s20);
+            const acc_t s22 = (-s21);
+            const acc_t s23 = (s17 + s22);
+            const acc_t s24 = (s23 * s10);
+            const acc_t s26 = (acc_t)(s5 > (acc_t)0.0);
+            const acc_t s29 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t s30 = (s24 * s29);
+            acc31 += s30;
           }
           #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            v16[o0 * 8 + (c0 + k)] = acc16[k];
+          for (int k = 0; k < 8; ++k) {
+            const acc_t e14 = (v0[o0 * 8 + (c0 + k)] * s13);
+            acc16[k] += e14;
           }
-          if (c0 == 0) v31[o0] = acc31;
-        } else {
-          acc_t acc16[16]; for (int k = 0; k < 16; ++k) acc16[k] = (acc_t)0.0;
-          acc_t acc31 = (acc_t)0.0;
-          for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
-            const scalar_t* v4 = b3 + nbr * 4;
-            const acc_t* v7 = b4 + nbr * 4;
-            const acc_t* v11 = b5 + nbr * 4;
-            const scalar_t* v0 = b0 + nbr * 32;
-            const acc_t* v19 = b9 + nbr * 4;
-            const acc_t s5 = (v3[o0] + v4[o0]);
-            const acc_t s6 = (s5 > 0 ? s5 : s5 * (acc_t)0.2);
-            const acc_t s8 = (-v7[o0]);
-            const acc_t s9 = (s6 + s8);
-            const acc_t s10 = std::exp(s9);
-            const acc_t s12 = ((acc_t)1 / v11[o0]);
-            const acc_t s13 = (s10 * s12);
-            if (c0 == 0) {
-              acc_t s15 = 0;
-              for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) s15 += (v0[o0 * 8 + r15_1] * v1[o0 * 8 + r15_1]);
-              const acc_t s17 = (s15 * s12);
-              const acc_t s20 = (s12 * s12);
-              const acc_t s21 = (v19[o0] * s20);
-              const acc_t s22 = (-s21);
-              const acc_t s23 = (s17 + s22);
-              const acc_t s24 = (s23 * s10);
-              const acc_t s26 = (acc_t)(s5 > (acc_t)0.0);
-              const acc_t s29 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-              const acc_t s30 = (s24 * s29);
-              acc31 += s30;
-            }
-            #pragma omp simd
-            for (int k = 0; k < (int)((8) - c0); ++k) {
-              const acc_t e14 = (v0[o0 * 8 + (c0 + k)] * s13);
-              acc16[k] += e14;
-            }
-          }
-          #pragma omp simd
-          for (int k = 0; k < (int)((8) - c0); ++k) {
-            v16[o0 * 8 + (c0 + k)] = acc16[k];
-          }
-          if (c0 == 0) v31[o0] = acc31;
         }
+        #pragma omp simd
+        for (int k = 0; k < 8; ++k) {
+          v16[o0 * 8 + (c0 + k)] = acc16[k];
+        }
+        if (c0 == 0) v31[o0] = acc31;
       }
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {

@@ -12,20 +12,6 @@ typedef float acc_t;
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
-// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words
-static inline uint64_t seastar_mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static inline acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {
-  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);
-  // as many random bits as the mantissa holds, so the result is never 1
-  const int bits = sizeof(acc_t) == 4 ? 24 : 53;
-  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));
-}
-
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
@@ -50,7 +36,6 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -58,40 +43,21 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     const scalar_t* v1 = b1 + r * 10;
     acc_t v4[2];
     for (int64_t c0 = 0; c0 < 2; c0 += 16) {
-      if (c0 + 16 <= 2) {
-        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 10;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            acc_t e3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
-            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
+      acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v4[(c0 + k)] = acc4[k];
+        for (int k = 0; k < 2; ++k) {
+          acc_t e3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
+          acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
         }
-      } else {
-        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 10;
-          #pragma omp simd
-          for (int k = 0; k < (int)((2) - c0); ++k) {
-            acc_t e3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
-            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((2) - c0); ++k) {
-          v4[(c0 + k)] = acc4[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 2; ++k) {
+        v4[(c0 + k)] = acc4[k];
       }
     }
     if (begin == end) {
@@ -105,44 +71,23 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     }
     acc_t v8[2];
     for (int64_t c0 = 0; c0 < 2; c0 += 16) {
-      if (c0 + 16 <= 2) {
-        acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 10;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            acc_t e3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
-            const acc_t e6 = (e3 + v5[(c0 + k)]);
-            const acc_t e7 = std::exp(e6);
-            acc8[k] += e7;
-          }
-        }
+      acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v8[(c0 + k)] = acc8[k];
+        for (int k = 0; k < 2; ++k) {
+          acc_t e3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
+          const acc_t e6 = (e3 + v5[(c0 + k)]);
+          const acc_t e7 = std::exp(e6);
+          acc8[k] += e7;
         }
-      } else {
-        acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 10;
-          #pragma omp simd
-          for (int k = 0; k < (int)((2) - c0); ++k) {
-            acc_t e3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
-            const acc_t e6 = (e3 + v5[(c0 + k)]);
-            const acc_t e7 = std::exp(e6);
-            acc8[k] += e7;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((2) - c0); ++k) {
-          v8[(c0 + k)] = acc8[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 2; ++k) {
+        v8[(c0 + k)] = acc8[k];
       }
     }
     acc_t v9[2];
@@ -152,50 +97,26 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     acc_t v13[10];
     for (int64_t o0 = 0; o0 < 2; ++o0) {
       for (int64_t c0 = 0; c0 < 5; c0 += 16) {
-        if (c0 + 16 <= 5) {
-          acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-          for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
-            const scalar_t* v0 = b0 + nbr * 10;
-            acc_t s3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
-            const acc_t s6 = (s3 + v5[o0]);
-            const acc_t s7 = std::exp(s6);
-            const acc_t s10 = (s7 * v9[o0]);
-            #pragma omp simd
-            for (int k = 0; k < 16; ++k) {
-              const acc_t e11 = ((acc_t)1 / ((acc_t)1 + std::exp(-v0[o0 * 5 + (c0 + k)])));
-              const acc_t e12 = (s10 * e11);
-              acc13[k] += e12;
-            }
-          }
+        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 10;
+          acc_t s3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
+          const acc_t s6 = (s3 + v5[o0]);
+          const acc_t s7 = std::exp(s6);
+          const acc_t s10 = (s7 * v9[o0]);
           #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            v13[o0 * 5 + (c0 + k)] = acc13[k];
+          for (int k = 0; k < 5; ++k) {
+            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + std::exp(-v0[o0 * 5 + (c0 + k)])));
+            const acc_t e12 = (s10 * e11);
+            acc13[k] += e12;
           }
-        } else {
-          acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-          for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
-            const scalar_t* v0 = b0 + nbr * 10;
-            acc_t s3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
-            const acc_t s6 = (s3 + v5[o0]);
-            const acc_t s7 = std::exp(s6);
-            const acc_t s10 = (s7 * v9[o0]);
-            #pragma omp simd
-            for (int k = 0; k < (int)((5) - c0); ++k) {
-              const acc_t e11 = ((acc_t)1 / ((acc_t)1 + std::exp(-v0[o0 * 5 + (c0 + k)])));
-              const acc_t e12 = (s10 * e11);
-              acc13[k] += e12;
-            }
-          }
-          #pragma omp simd
-          for (int k = 0; k < (int)((5) - c0); ++k) {
-            v13[o0 * 5 + (c0 + k)] = acc13[k];
-          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 5; ++k) {
+          v13[o0 * 5 + (c0 + k)] = acc13[k];
         }
       }
     }
@@ -294,14 +215,11 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -349,50 +267,26 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
     }
     acc_t v37[2];
     for (int64_t c0 = 0; c0 < 2; c0 += 16) {
-      if (c0 + 16 <= 2) {
-        acc_t acc37[16]; for (int k = 0; k < 16; ++k) acc37[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v15 = b3 + nbr * 10;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            acc_t e19 = 0;
-            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
-            const acc_t e22 = (e19 + v21[(c0 + k)]);
-            const acc_t e23 = std::exp(e22);
-            acc_t e28 = 0;
-            for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + std::exp(-v15[(c0 + k) * 5 + r28_1]))));
-            const acc_t e36 = (e28 * e23);
-            acc37[k] += e36;
-          }
-        }
+      acc_t acc37[16]; for (int k = 0; k < 16; ++k) acc37[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v15 = b3 + nbr * 10;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v37[(c0 + k)] = acc37[k];
+        for (int k = 0; k < 2; ++k) {
+          acc_t e19 = 0;
+          for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
+          const acc_t e22 = (e19 + v21[(c0 + k)]);
+          const acc_t e23 = std::exp(e22);
+          acc_t e28 = 0;
+          for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + std::exp(-v15[(c0 + k) * 5 + r28_1]))));
+          const acc_t e36 = (e28 * e23);
+          acc37[k] += e36;
         }
-      } else {
-        acc_t acc37[16]; for (int k = 0; k < 16; ++k) acc37[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v15 = b3 + nbr * 10;
-          #pragma omp simd
-          for (int k = 0; k < (int)((2) - c0); ++k) {
-            acc_t e19 = 0;
-            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
-            const acc_t e22 = (e19 + v21[(c0 + k)]);
-            const acc_t e23 = std::exp(e22);
-            acc_t e28 = 0;
-            for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + std::exp(-v15[(c0 + k) * 5 + r28_1]))));
-            const acc_t e36 = (e28 * e23);
-            acc37[k] += e36;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((2) - c0); ++k) {
-          v37[(c0 + k)] = acc37[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 2; ++k) {
+        v37[(c0 + k)] = acc37[k];
       }
     }
     const acc_t* v24 = b5 + r * 2;
@@ -498,14 +392,11 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];

@@ -9,20 +9,6 @@ typedef float acc_t;
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
-// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words
-static __host__ __device__ inline uint64_t seastar_mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static __host__ __device__ inline acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {
-  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);
-  // as many random bits as the mantissa holds, so the result is never 1
-  const int bits = sizeof(acc_t) == 4 ? 24 : 53;
-  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));
-}
-
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
@@ -47,7 +33,6 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -55,7 +40,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -236,15 +223,26 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     p.lanes = lanes;
     p.scratch_per_row = (2) + (2) + (10) + (10) + (5) + (5) + (5);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -271,14 +269,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -286,7 +281,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -482,14 +479,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -497,7 +491,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -713,15 +709,26 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     p.lanes = lanes;
     p.scratch_per_row = (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -732,15 +739,26 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     p.lanes = lanes;
     p.scratch_per_row = (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }

@@ -12,20 +12,6 @@ typedef float acc_t;
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
-// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words
-static inline uint64_t seastar_mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static inline acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {
-  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);
-  // as many random bits as the mantissa holds, so the result is never 1
-  const int bits = sizeof(acc_t) == 4 ? 24 : 53;
-  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));
-}
-
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
@@ -48,7 +34,6 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
-  (void)b0; (void)b1; (void)b2;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
@@ -146,7 +131,6 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
