@@ -104,7 +104,7 @@ def parse_args(argv=None):
     p.add_argument("--repeat", type=int, help="timed steps per measurement (default 5, --quick 3)")
     p.add_argument("--budget", type=float, help="seconds of timed steps after which a measurement stops "
                                                 "repeating (default 60, --quick 10)")
-    p.add_argument("--calls", type=int, help="calls timed for the overhead (default 1000, --quick 200)")
+    p.add_argument("--calls", type=int, help="calls timed for the overhead (default 1000, --quick 100)")
     p.add_argument("--timeout", type=float, help="seconds a child may run (default 1800, --quick 300)")
     p.add_argument("--max-memory", type=float, help="GB a child may hold (default: what the machine has available "
                                                     f"when it starts, less {MEMORY_MARGIN_MB} MB)")
@@ -114,7 +114,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     quick = args.quick
     defaults = {"graphs": ["cora", "pubmed"] if quick else list(SELECTABLE), "repeat": 3 if quick else 5,
-                "budget": 10.0 if quick else 60.0, "calls": 200 if quick else 1000,
+                "budget": 10.0 if quick else 60.0, "calls": 100 if quick else 1000,
                 "timeout": 300.0 if quick else 1800.0}
     for name, value in defaults.items():
         if getattr(args, name) is None:

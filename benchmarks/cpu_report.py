@@ -290,7 +290,10 @@ def plot(results: dict, graphs: dict, args, path) -> None:
         axes[0][-1].set_title("10-vertex graph (per call)", fontsize=10)
         axes[1][-1].axis("off")
     handles = [matplotlib.patches.Patch(color=COLOURS[lib], label=name) for lib, name in LIBRARY_NAMES.items()]
-    fig.legend(handles=handles, loc="lower right", ncol=4, fontsize=9)
+    if overhead:  # the overhead's column has no memory panel: the legend goes there
+        axes[1][-1].legend(handles=handles, loc="center", fontsize=10)
+    else:
+        fig.legend(handles=handles, loc="lower right", ncol=4, fontsize=9)
     fig.suptitle(f"CPU, {args.threads} threads, float32: one process per measurement (lower is better)", fontsize=11)
     fig.tight_layout(rect=(0, 0.04, 1, 0.96))
     fig.savefig(path, dpi=110)
