@@ -165,6 +165,11 @@ def against_cpu(fn, args, tol=EXACT, layer_on=None):
     return got
 
 
+def options_id(options) -> str:
+    """A test id without spaces (scripts/gpu_check.sh passes test ids on a command line)."""
+    return ",".join(f"{k}={getattr(v, '__name__', v)}" for k, v in options.items()) if options else "defaults"
+
+
 # --- the language ------------------------------------------------------------------------------
 @pytest.mark.parametrize("fn,names", CASES, ids=[c[0].__name__ for c in CASES])
 @pytest.mark.parametrize("n_src,n_dst,n_edges", [(N, N, 80), (N, 9, 60)], ids=["square", "bipartite"])
@@ -244,7 +249,7 @@ def layer_parity(ref, make_ours, args, kwargs=None, tol=FLOAT32):
 GAT_OPTIONS = PYG_GAT_OPTIONS + [dict(heads=2, dropout=0.5), dict(heads=2, flow="target_to_source")]
 
 
-@pytest.mark.parametrize("options", GAT_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("options", GAT_OPTIONS, ids=options_id)
 def test_pyg_gat(options):
     ref, ours = pyg_layers("GATConv", in_channels=12, out_channels=5, **options)
     x, ei = pyg_data()
@@ -261,8 +266,14 @@ def test_pyg_gat_bipartite_and_size():
     layer_parity(ref, ours, (pair, ei), dict(size=(17, 9)))
 
 
-@pytest.mark.parametrize("options", [dict(), dict(improved=True), dict(add_self_loops=False), dict(normalize=False),
-                                     dict(bias=False), dict(cached=True), dict(flow="target_to_source")], ids=str)
+GCN_OPTIONS = [dict(), dict(improved=True), dict(add_self_loops=False), dict(normalize=False), dict(bias=False),
+               dict(cached=True), dict(flow="target_to_source")]
+APPNP_OPTIONS = [dict(K=1, alpha=0.1), dict(K=5, alpha=0.3), dict(K=3, alpha=0.1, add_self_loops=False),
+                 dict(K=2, alpha=0.2, normalize=False), dict(K=2, alpha=0.1, cached=True),
+                 dict(K=2, alpha=0.1, dropout=0.5)]
+
+
+@pytest.mark.parametrize("options", GCN_OPTIONS, ids=options_id)
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "edge_weight"])
 def test_pyg_gcn(options, weighted):
     ref, ours = pyg_layers("GCNConv", in_channels=12, out_channels=6, **options)
@@ -270,9 +281,7 @@ def test_pyg_gcn(options, weighted):
     layer_parity(ref, ours, (x, ei, torch.rand(ei.shape[1])) if weighted else (x, ei))
 
 
-@pytest.mark.parametrize("options", [dict(K=1, alpha=0.1), dict(K=5, alpha=0.3),
-                                     dict(K=3, alpha=0.1, add_self_loops=False), dict(K=2, alpha=0.2, normalize=False),
-                                     dict(K=2, alpha=0.1, cached=True), dict(K=2, alpha=0.1, dropout=0.5)], ids=str)
+@pytest.mark.parametrize("options", APPNP_OPTIONS, ids=options_id)
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "edge_weight"])
 def test_pyg_appnp(options, weighted):
     ref, ours = pyg_layers("APPNP", **options)
@@ -429,7 +438,7 @@ def dgl_case(name):
     return getattr(dgl_tests, name) if dgl_tests is not None else [None]
 
 
-@pytest.mark.parametrize("options", dgl_case("GAT_OPTIONS"), ids=str)
+@pytest.mark.parametrize("options", dgl_case("GAT_OPTIONS"), ids=options_id)
 def test_dgl_gat(dgl_device, options):
     ref, ours = dgl_layers("GATConv", in_feats=dgl_tests.F_IN, out_feats=4, **options)
     g = dgl_tests.graph()
@@ -461,7 +470,7 @@ def test_dgl_graphconv(dgl_device, norm):
     dgl_parity(ref, ours, g, dgl_tests.x(), torch.rand(g.num_edges()))
 
 
-@pytest.mark.parametrize("options", [dict(k=1, alpha=0.1), dict(k=4, alpha=0.3)], ids=str)
+@pytest.mark.parametrize("options", [dict(k=1, alpha=0.1), dict(k=4, alpha=0.3)], ids=options_id)
 def test_dgl_appnp(dgl_device, options):
     ref, ours = dgl_layers("APPNPConv", **options)
     g = dgl_tests.graph()
