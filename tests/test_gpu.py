@@ -380,7 +380,7 @@ def test_pyg_dropout_in_training(name, kwargs):
     for _ in range(2):
         torch.manual_seed(7)
         seeded.append(run(layer, (x, ei), DEVICE, layer))
-    assert_same(seeded[0], seeded[1], "the same seed twice", (0, 0))
+    assert_same(seeded[0], seeded[1], "the same seed twice", FLOAT32)  # other masks would differ by far more
     ours_draws = draws(layer, args, DRAWS)
     assert_unbiased(ours_draws, expected, f"seastar {name}")
     if name == "GATConv":
