@@ -222,18 +222,23 @@ def test_programs_in_half_precision(dtype):
 
 
 # --- the PyG layers ----------------------------------------------------------------------------
-def pyg_layers(name: str, **kwargs):
-    """(PyG's layer, a constructor of ours on a device): same weights, eval mode, on the CPU."""
+def layer_pair(library, drop_ins, name: str, **kwargs):
+    """(the library's layer `name` on the CPU, a constructor of our drop-in on a device): the same
+    weights, eval mode."""
     torch.manual_seed(0)
-    ref = getattr(pyg_nn, name)(**kwargs).eval()
+    ref = getattr(library, name)(**kwargs).eval()
     state = ref.state_dict()
 
     def ours(device):
-        layer = getattr(sl, name)(**kwargs)
+        layer = getattr(drop_ins, name)(**kwargs)
         layer.load_state_dict(state, strict=True)
         return layer.eval().to(device)
 
     return ref, ours
+
+
+def pyg_layers(name: str, **kwargs):
+    return layer_pair(pyg_nn, sl, name, **kwargs)
 
 
 def layer_parity(ref, make_ours, args, kwargs=None, tol=FLOAT32):
@@ -405,18 +410,9 @@ def dgl_device():
 
 
 def dgl_layers(name: str, **kwargs):
-    torch.manual_seed(0)
-    ref = getattr(dgl_tests.dgl.nn, name)(**kwargs).eval()
-    state = ref.state_dict()
+    import seastar_layers.dgl as sd  # imports DGL
 
-    def ours(device):
-        import seastar_layers.dgl as sd
-
-        layer = getattr(sd, name)(**kwargs)
-        layer.load_state_dict(state, strict=True)
-        return layer.eval().to(device)
-
-    return ref, ours
+    return layer_pair(dgl_tests.dgl.nn, sd, name, **kwargs)
 
 
 def dgl_parity(ref, make_ours, g, feat, edge_weight=None):
