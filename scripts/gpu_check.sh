@@ -53,8 +53,11 @@ if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
   export CUDA_HOME
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"  # the package as built in place, not an installed one
-export SEASTAR_CACHE_DIR="$OUT/kernel-cache"  # one private kernel cache for the tests and the benchmark
-mkdir -p -m 700 "$SEASTAR_CACHE_DIR"
+# one private (0700) kernel cache for the tests and the benchmark, outside OUT_DIR: its libraries
+# are not results
+SEASTAR_CACHE_DIR="$(mktemp -d -t seastar-gpu-check-cache.XXXXXX)"
+export SEASTAR_CACHE_DIR
+trap 'rm -rf "$SEASTAR_CACHE_DIR"' EXIT
 unset SEASTAR_NO_JIT SEASTAR_EMULATE_CUDA SEASTAR_FORCE_REBUILD
 for raw in "${SEASTAR_PLANETOID_RAW:-}" "$ROOT/data/planetoid" "$ROOT/../shared/data/planetoid"; do
   if [ -n "$raw" ] && [ -e "$raw/ind.cora.graph" ]; then
@@ -90,7 +93,7 @@ step() {  # step NAME CAP FUNCTION: runs FUNCTION for at most CAP seconds (or "r
 }
 
 print_environment() {
-  echo "date: $(date -u +%FT%TZ)  host: $(hostname)  cores: $CORES  dry run: $DRY_RUN"
+  echo "date: $(date -u +%FT%TZ)  host: $(hostname)  cores: $CORES  dry run: $DRY_RUN  kernel cache: $SEASTAR_CACHE_DIR"
   echo "commit: $(git -C "$ROOT" rev-parse HEAD 2>/dev/null || echo 'unknown (not a git checkout)')"
   if command -v nvidia-smi >/dev/null; then nvidia-smi; else echo "nvidia-smi: not found"; fi
   if command -v nvcc >/dev/null; then nvcc --version | tail -2; else echo "nvcc: not on the PATH"; fi
