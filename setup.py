@@ -43,18 +43,17 @@ def generate_sources(targets: list[str]) -> list[str]:
     (one file per program family, dtype and target, of similar sizes so they compile in parallel)
     and the registration file with the ops' entry points. Returns their paths."""
     from seastar_layers.codegen import TARGETS
-    from seastar_layers.codegen.torch_entry import render_registration, variant_key
+    from seastar_layers.codegen.torch_entry import dim_names, render_registration, variant_key
     from seastar_layers.nn.programs import FAMILIES
 
     groups: dict[str, list[str]] = {}
     compiled: dict[str, list] = {target: [] for target in targets}
     for family in FAMILIES:
-        for program, features in family.variants():
-            dtype = next(iter(features.values())).dtype
-            key = variant_key(dtype, {name: tuple(t.shape[1:]) for name, t in features.items()})
+        for options, dtype, program, features in family.variants():
+            key, dims = variant_key(dtype, options), dim_names(program, features)
             for target in targets:
                 generated = program.generate(features, target)
-                compiled[target].append((family, key, generated))
+                compiled[target].append((family, key, generated, dims))
                 stem = f"{family.name}_{str(dtype).split('.')[-1]}_{target}"
                 groups.setdefault(stem + TARGETS[target].file_suffix, []).append(generated.source)
     GENERATED.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -17,11 +16,11 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_allocated_bytes, saved_for_backward_bytes, table, time_fwd_bwd, write_record  # noqa
+from common import (DEFAULT_ROOT, load, machine, peak_allocated_bytes, saved_for_backward_bytes, table,  # noqa: E402
+                    time_fwd_bwd, write_record)
 
 import seastar_layers as sl  # noqa: E402
 from seastar_layers.compat import import_dgl  # noqa: E402
-from seastar_layers.datasets import load_planetoid  # noqa: E402
 
 
 @sl.compile
@@ -46,13 +45,13 @@ def torch_reference(edge_index, n, el, er, h):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="PubMed", choices=["Cora", "CiteSeer", "PubMed"])
-    parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "seastar-planetoid"))
+    parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--width", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
 
-    data = load_planetoid(args.root, args.dataset)
+    data = load(args.dataset, args.root)
     n = data.num_nodes
     loops = torch.arange(n)
     edge_index = torch.cat([data.edge_index, torch.stack([loops, loops])], 1)

@@ -10,45 +10,29 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
-import torch_geometric.nn as pyg_nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import machine, peak_allocated_bytes, table, time_fwd_bwd, write_record  # noqa: E402
+from common import (DEFAULT_ROOT, layer_constructors, load, machine, peak_allocated_bytes, table,  # noqa: E402
+                    time_fwd_bwd, write_record)
 
-import seastar_layers as sl  # noqa: E402
 from seastar_layers.compat import import_dgl  # noqa: E402
-from seastar_layers.datasets import load_planetoid  # noqa: E402
 
 dgl = import_dgl()
-import seastar_layers.dgl as sd  # noqa: E402
-
-
-def layer_pairs(width: int):
-    """name -> (constructor per implementation); the same weights are loaded into each."""
-    return {
-        "GAT": {"seastar-pyg": lambda: sl.GATConv(width, 8, heads=8), "pyg": lambda: pyg_nn.GATConv(width, 8, heads=8),
-                "seastar-dgl": lambda: sd.GATConv(width, 8, 8), "dgl": lambda: dgl.nn.GATConv(width, 8, 8)},
-        "GCN": {"seastar-pyg": lambda: sl.GCNConv(width, 64), "pyg": lambda: pyg_nn.GCNConv(width, 64),
-                "seastar-dgl": lambda: sd.GraphConv(width, 64), "dgl": lambda: dgl.nn.GraphConv(width, 64)},
-        "APPNP": {"seastar-pyg": lambda: sl.APPNP(K=10, alpha=0.1), "pyg": lambda: pyg_nn.APPNP(K=10, alpha=0.1),
-                  "seastar-dgl": lambda: sd.APPNPConv(10, 0.1), "dgl": lambda: dgl.nn.APPNPConv(10, 0.1)},
-    }
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", default=["Cora", "PubMed"])
-    parser.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "seastar-planetoid"))
+    parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--width", type=int, default=64, help="input feature width (features are projected to it)")
     args = parser.parse_args()
     rows, notes = [], []
     for name in args.datasets:
-        data = load_planetoid(args.root, name)
+        data = load(name, args.root)
         if data.note:
             notes.append(f"{name}: {data.note}")
         n = data.num_nodes
@@ -56,7 +40,7 @@ def main():
         x = torch.randn(n, args.width, generator=gen).requires_grad_()
         ei = data.edge_index
         g = dgl.add_self_loop(dgl.remove_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=n)))
-        for layer, impls in layer_pairs(args.width).items():
+        for layer, impls in layer_constructors(args.width, dgl).items():
             built = {impl: make() for impl, make in impls.items()}
             for impl in ("pyg", "seastar-dgl", "dgl"):
                 source = built["seastar-pyg"] if impl == "pyg" else built["dgl"]

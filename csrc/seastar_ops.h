@@ -1,6 +1,6 @@
 // What the generated entry points of seastar_layers._C share (csrc/generated/registration.cpp, written
 // by seastar_layers/codegen/torch_entry.py): checking at::Tensor arguments, choosing the kernel variant
-// that fits their dtype and shape pattern, allocating buffers, and calling the kernels' plain-C entries
+// of their options and dtype, binding the declared sizes, allocating buffers, and calling the kernels' plain-C entries
 // (int seastar_<key>forward|backward(sizes, dims, graph, buffers, numels, num_threads, stream)).
 // The tables it reads are generated; this file holds everything that is the same for every op.
 #pragma once
@@ -67,11 +67,13 @@ struct Program {
   int num_buffers;
 };
 
-// One specialisation: its key is the features' dtype and shape pattern (runtime/library.py: variant_key).
+// One specialisation: its key is the features' dtype and the options given (torch_entry.py: variant_key).
 struct Variant {
   const char* key;
   Program forward, backward;
   int num_results, num_saved;
+  const char* const* dims;  // the declared names of the run-time sizes s0, s1, ...
+  int num_dims;
 };
 
 struct Family {
@@ -79,6 +81,9 @@ struct Family {
   const char* const* arguments;  // the op's tensor arguments after the graph, in schema order
   const bool* is_feature;        // else a parameter (0-d, in the compute type)
   int num_arguments;
+  int first_optional;            // the arguments from here on are optional features
+  const char* const* switches;   // the op's bool arguments after the tensors (options without a tensor)
+  int num_switches;
   const Variant* cpu;
   int num_cpu;
   const Variant* cuda;
@@ -86,6 +91,7 @@ struct Family {
 };
 
 using Arguments = std::vector<const at::Tensor*>;  // null: an optional argument not given
+using Switches = std::vector<bool>;
 
 inline const at::Tensor* given(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
 
@@ -119,28 +125,6 @@ std::string str(const T& value) {
   std::ostringstream out;
   out << value;
   return out.str();
-}
-
-// The sizes of a shape pattern: every size other than 1 is a symbol s0, s1, ..., one per distinct
-// size, numbered in order of first appearance over the features sorted by name, then their axes
-// (as compiler.shape_pattern); the key is "<dtype>|<name>:<sizes>|...".
-inline std::string variant_key(const char* dtype, const std::vector<std::pair<std::string, at::IntArrayRef>>& sorted,
-                               std::vector<int64_t>* dims) {
-  std::string key = dtype;
-  for (const auto& [name, shape] : sorted) {
-    key += "|" + name + ":";
-    for (size_t d = 0; d < shape.size(); ++d) {
-      if (d > 0) key += ",";
-      if (shape[d] == 1) {
-        key += "1";
-        continue;
-      }
-      auto found = std::find(dims->begin(), dims->end(), shape[d]);
-      if (found == dims->end()) found = dims->insert(dims->end(), shape[d]);
-      key += "s" + std::to_string(found - dims->begin());
-    }
-  }
-  return key;
 }
 
 // Every index a kernel reads must be in range: a wrong graph array raises instead of reading
@@ -222,10 +206,13 @@ class GraphCheck {
 // One call of an op: its checked graph and arguments, the variant they select, and running it.
 class Call {
  public:
-  Call(const Family& family, at::TensorList graph, Arguments args) : f_(family), graph_(graph), args_(std::move(args)) {
+  Call(const Family& family, at::TensorList graph, Arguments args, Switches switches)
+      : f_(family), graph_(graph), args_(std::move(args)), switches_(std::move(switches)) {
     check_graph();
     check_arguments();
     select_variant();
+    bind_dims(variant_->forward);
+    bind_dims(variant_->backward);
   }
 
   std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>> forward() {
@@ -306,8 +293,9 @@ class Call {
   }
 
   void check_arguments() {
-    TORCH_CHECK_VALUE(static_cast<int>(args_.size()) == f_.num_arguments, "internal: ", f_.op, " got ", args_.size(),
-                      " arguments");
+    TORCH_CHECK_VALUE(static_cast<int>(args_.size()) == f_.num_arguments &&
+                          static_cast<int>(switches_.size()) == f_.num_switches,
+                      "internal: ", f_.op, " got ", args_.size(), " tensors and ", switches_.size(), " switches");
     const at::Tensor* first = nullptr;
     for (int i = 0; i < f_.num_arguments; ++i) {
       const at::Tensor* t = args_[i];
@@ -333,33 +321,66 @@ class Call {
   void select_variant() {
     const bool cuda = graph_[0].is_cuda();
     TORCH_CHECK_VALUE(graph_[0].is_cpu() || cuda, f_.op, " runs on CPU and CUDA tensors, not on ", graph_[0].device());
+    const char* dtype = dtype_name(dtype_);
+    TORCH_CHECK_TYPE(dtype != nullptr, f_.op, ": no kernel for '", first_name_, "' of dtype ", torch_name(dtype_),
+                     "; convert the features to float32, float64, float16 or bfloat16");
+    std::string key = dtype;
+    for (int i = 0; i < f_.num_arguments; ++i)
+      if (args_[i] != nullptr && i >= f_.first_optional) key += std::string("|") + f_.arguments[i];
+    for (int i = 0; i < f_.num_switches; ++i)
+      if (switches_[i]) key += std::string("|") + f_.switches[i];
     const Variant* table = cuda ? f_.cuda : f_.cpu;
     const int count = cuda ? f_.num_cuda : f_.num_cpu;
-    TORCH_CHECK(count > 0, f_.op, ": seastar_layers._C was built without CUDA kernels; reinstall it where a CUDA "
-                "toolkit and a CUDA build of torch are installed (FORCE_CUDA=1 insists) to run on ",
-                graph_[0].device());
-    std::vector<std::pair<std::string, at::IntArrayRef>> features;
-    for (int i = 0; i < f_.num_arguments; ++i)
-      if (args_[i] != nullptr && f_.is_feature[i]) features.emplace_back(f_.arguments[i], args_[i]->sizes().slice(1));
-    std::sort(features.begin(), features.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    const char* dtype = dtype_name(dtype_);
-    const std::string key = variant_key(dtype ? dtype : "unsupported", features, &dims_);
     for (int v = 0; v < count; ++v) {
       if (key == table[v].key) {
         variant_ = &table[v];
+        dims_.assign(variant_->num_dims, -1);
+        dim_sources_.assign(variant_->num_dims, "");
         return;
       }
     }
-    std::string shapes, kernels;
-    for (const auto& [name, shape] : features) shapes += " " + name + str(shape);
-    const std::string prefix = std::string(dtype ? dtype : "") + "|";
-    for (int v = 0; v < count; ++v)
-      if (dtype && std::string(table[v].key).rfind(prefix, 0) == 0) kernels += std::string("\n  ") + table[v].key;
-    TORCH_CHECK_TYPE(!kernels.empty(), f_.op, ": no kernel for ", first_name_, "'s dtype ", torch_name(dtype_),
-                     "; convert the features to float32 or float64");
-    TORCH_CHECK_VALUE(false, f_.op, ": no kernel for the feature shapes (after the rows)", shapes,
-                      ": check that they fit together. Kernels exist for these shape patterns (s0, s1: any size but 1;"
-                      " equal symbols, equal sizes):", kernels);
+    TORCH_CHECK(false, f_.op, ": seastar_layers._C holds no ", cuda ? "CUDA" : "CPU", " kernel for ", key,
+                cuda ? "; it was built without CUDA kernels" : "", "; reinstall seastar_layers");
+  }
+
+  // The declared shape of a feature's buffer, as "(rows, heads, 1)" or per row "(heads, 1)", for messages.
+  std::string declared(const Buffer& b, bool with_rows) const {
+    std::vector<std::string> sizes;
+    if (with_rows) sizes.push_back("rows");
+    for (int d = 0; d < b.rank; ++d)
+      sizes.push_back(b.shape[d] >= 0 ? str(b.shape[d]) : std::string(variant_->dims[-1 - b.shape[d]]));
+    std::string out = "(";
+    for (size_t d = 0; d < sizes.size(); ++d) out += (d ? ", " : "") + sizes[d];
+    return out + (sizes.size() == 1 ? ",)" : ")");
+  }
+
+  // The run-time sizes from the features the program reads: each declared size takes its value from
+  // the first feature that has it, and every other feature must agree.
+  void bind_dims(const Program& program) {
+    for (int k = 0; k < program.num_buffers; ++k) {
+      const Buffer& b = program.buffers[k];
+      if (b.from != From::kArgument || !f_.is_feature[b.index]) continue;
+      const at::Tensor& t = *args_[b.index];
+      const char* name = f_.arguments[b.index];
+      TORCH_CHECK_VALUE(t.dim() == b.rank + 1, f_.op, ": '", name, "' must have shape ", declared(b, true),
+                        ", one row per vertex or edge; got shape ", t.sizes());
+      for (int d = 0; d < b.rank; ++d) {
+        const int64_t got = t.size(d + 1);
+        if (b.shape[d] >= 0) {
+          TORCH_CHECK_VALUE(got == b.shape[d], f_.op, ": '", name, "' must have per-row shape ", declared(b, false),
+                            ", got ", t.sizes().slice(1));
+          continue;
+        }
+        const int s = -1 - b.shape[d];
+        if (dims_[s] < 0) {
+          dims_[s] = got;
+          dim_sources_[s] = name;
+        }
+        TORCH_CHECK_VALUE(dims_[s] == got, f_.op, ": '", name, "' has ", variant_->dims[s], " = ", got, " (axis ",
+                          d + 1, " of shape ", t.sizes(), ") but '", dim_sources_[s], "' has ", variant_->dims[s],
+                          " = ", dims_[s], "; they must agree");
+      }
+    }
   }
 
   int64_t rows(Rows r) const {
@@ -378,7 +399,7 @@ class Call {
     return shape;
   }
 
-  // An argument as the buffer `b`: its rows (the pattern already fixed its other sizes) and, for a
+  // An argument as the buffer `b`: its rows (bind_dims checked its other sizes) and, for a
   // parameter, its dtype and shape.
   void check_argument(const Buffer& b) const {
     static const char* kRowNames[] = {"source vertex", "destination vertex", "edge"};
@@ -481,10 +502,12 @@ class Call {
   const Family& f_;
   at::TensorList graph_;
   Arguments args_;
+  Switches switches_;
   int64_t sizes_[3] = {};
   at::ScalarType dtype_ = at::kFloat;
   const char* first_name_ = "";
-  std::vector<int64_t> dims_;
+  std::vector<int64_t> dims_;                // the run-time sizes s0, s1, ...
+  std::vector<const char*> dim_sources_;     // the argument each was bound from
   const Variant* variant_ = nullptr;
 };
 

@@ -65,7 +65,7 @@ MODELS = {"gat": GAT, "gcn": GCN, "appnp": APPNPNet}
 
 def main():
     args = parse_args(__doc__)
-    data = load(args)
+    data = load(args, "dgl")
     g = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.num_nodes)
     g = dgl.add_self_loop(dgl.remove_self_loop(g))
     model = MODELS[args.model]

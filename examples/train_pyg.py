@@ -66,7 +66,7 @@ MODELS = {"gat": GAT, "gcn": GCN, "appnp": APPNPNet}
 
 def main():
     args = parse_args(__doc__)
-    data = load(args)
+    data = load(args, "pyg")
     model = MODELS[args.model]
     compare_full_batch(args, data, lambda layers: model(layers, data.x.shape[1], data.num_classes),
             {"native": pyg_nn, "seastar": seastar_layers}, lambda m: lambda: m(data.x, data.edge_index), "PyG")

@@ -1,18 +1,18 @@
-"""Mini-batch training with DGL's neighbour sampler on a Reddit-scale graph, seastar vs dgl.nn layers.
+"""Mini-batch training with DGL's neighbour sampler on Reddit, seastar vs dgl.nn layers.
 
-    python examples/train_sampled.py --dataset Reddit-generated --model gat --backend both
+    python examples/train_sampled.py --dataset Reddit --model gat --backend both
 
-Reddit cannot be downloaded here, so `Reddit-generated` is a GENERATED graph with Reddit's size
-(232,965 vertices, 114.6M edges), feature width, class count and a heavy-tailed degree skew; its
-labels are random, so the accuracy printed says nothing about Reddit - the run measures time and
-memory at scale. `--scale` shrinks it (e.g. 0.01 for a quick run); Cora, CiteSeer and PubMed
-(real, from local files) work too. Sampling, blocks and the data loader are DGL's own.
+`--dataset Reddit` is the real graph (232,965 vertices, 114.6M edges) through DGL's RedditDataset,
+from ROOT/Reddit or downloaded. Where it cannot be had, `Reddit-generated` is a GENERATED graph with
+Reddit's size, feature width, class count and a heavy-tailed degree skew; its labels are random, so
+the accuracy printed says nothing about Reddit - the run measures time and memory at scale, and
+`--scale` shrinks it (e.g. 0.01 for a quick run). ogbn-products (with ogb installed), Cora, CiteSeer
+and PubMed work too. Sampling, blocks and the data loader are DGL's own.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,9 +22,9 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import Result, compare, load  # noqa: E402
+from data import add_data_arguments  # noqa: E402
 
 from seastar_layers.compat import import_dgl  # noqa: E402
-from seastar_layers.datasets import PLANETOID, generated_graph  # noqa: E402
 from seastar_layers.profiling import peak_allocated_bytes  # noqa: E402
 
 dgl = import_dgl()
@@ -58,9 +58,7 @@ MODELS = {"gat": SampledGAT, "gcn": SampledGCN}
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", choices=sorted(MODELS), default="gat")
-    p.add_argument("--dataset", choices=["Reddit-generated", *PLANETOID], default="Reddit-generated")
-    p.add_argument("--scale", type=float, default=1.0, help="fraction of the generated graph's size")
-    p.add_argument("--root", default=str(Path(tempfile.gettempdir()) / "seastar-planetoid"))
+    add_data_arguments(p, default="Reddit")
     p.add_argument("--backend", choices=["seastar", "native", "both"], default="both")
     p.add_argument("--fanouts", type=int, nargs=2, default=[10, 25], help="neighbours sampled per layer")
     p.add_argument("--batch-size", type=int, default=1024)
@@ -84,7 +82,7 @@ def train(model, g, data, args, label: str) -> Result:
         loss = F.cross_entropy(model(blocks, x), y)
         loss.backward()
         optimizer.step()
-        return float(loss)
+        return float(loss.detach())
 
     model.train()
     batches = iter(loader)
@@ -126,21 +124,14 @@ def evaluate(model, g, data, args, batches: int = 5) -> float:
 
 def main():
     args = parse_args()
-    if args.dataset.endswith("-generated"):
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        t = time.perf_counter()
-        data = generated_graph(args.dataset.removesuffix("-generated"), args.scale, args.seed)
-        print(f"note: {data.note} (generated in {time.perf_counter() - t:.1f} s)")
-    else:
-        data = load(args)
+    data = load(args, "dgl")
     g = dgl.graph((data.edge_index[0], data.edge_index[1]), num_nodes=data.num_nodes)
     g.create_formats_()
     compare(args, lambda layers: MODELS[args.model](layers, data.x.shape[1], data.num_classes),
             {"native": dgl.nn, "seastar": seastar_dgl}, lambda model, backend: train(model, g, data, args, backend),
             f"DGL {args.model.upper()} with neighbour sampling (fanouts {args.fanouts}, batch {args.batch_size}, "
-            f"{args.batches} batches) on {data.name}; 'epoch ms' is per training step, accuracy on sampled test "
-            "batches")
+            f"{args.batches} batches) on {data.name}{' (GENERATED data)' if data.note else ''}; 'epoch ms' is per "
+            "training step, accuracy on sampled test batches")
 
 
 if __name__ == "__main__":

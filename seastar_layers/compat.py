@@ -44,10 +44,20 @@ def import_dgl():
         del sys.modules["dgl.graphbolt"]
         raise ImportError(f"DGL failed to import ({first_error}), and also without graphbolt ({e}); install a DGL "
                           "build that matches your torch") from e
+    _restore_ffi_object_base(dgl)
     _state["patched"] = True
     warnings.warn(f"dgl.graphbolt is unavailable with this torch ({type(first_error).__name__}: {first_error}); "
                   "seastar_layers imported DGL without it", RuntimeWarning, stacklevel=2)
     return dgl
+
+
+def _restore_ffi_object_base(dgl) -> None:
+    """DGL's compiled FFI core initialises once per process, and that is where it gives
+    dgl._ffi.object_generic its object base class; the second import made that module anew, without
+    it (and then dgl.save_graphs and dgl.load_graphs fail with a TypeError)."""
+    ffi = getattr(dgl, "_ffi", None)
+    if ffi is not None and ffi.object_generic._CLASS_OBJECT_BASE is None:
+        ffi.object_generic._set_class_object_base(ffi.object._ObjectBase)
 
 
 def graphbolt_was_stubbed() -> bool:

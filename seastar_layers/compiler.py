@@ -220,11 +220,12 @@ def _resolve_graph(graph, size, spec: "Specialisation", features: dict) -> Graph
 class CompiledProgram:
     """A vertex program; call it as ``prog(graph, size=None, **features)``."""
 
-    def __init__(self, fn, generic_shapes: bool = False):
+    def __init__(self, fn, generic_shapes: bool = False, shapes: dict | None = None):
         if not callable(fn) or not hasattr(fn, "__code__"):
             raise CompileError(f"sl.compile expects a Python function, got {type(fn).__name__}")
         self.fn = fn
-        self.generic_shapes = generic_shapes
+        self.generic_shapes = generic_shapes or shapes is not None
+        self.shapes = shapes
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -232,6 +233,8 @@ class CompiledProgram:
 
     def specs(self, features: dict[str, torch.Tensor]) -> tuple[dict[str, FeatureSpec], torch.dtype]:
         specs, dtype = _feature_specs(features)
+        if self.shapes is not None:
+            return declared_shapes(specs, self.shapes), dtype
         return (shape_pattern(specs) if self.generic_shapes else specs), dtype
 
     def generate(self, features: dict[str, torch.Tensor], target: str = "cpu") -> Generated:
@@ -278,45 +281,47 @@ class CompiledProgram:
         return tuple(outs) if spec.returns_tuple else outs[0]
 
 
-def compile(fn=None, *, generic_shapes: bool = False):  # noqa: A001 - the pinned public name
+def compile(fn=None, *, generic_shapes: bool = False, shapes: dict | None = None):  # noqa: A001 - the public name
     """Compile a vertex function ``def f(v): ...`` into a fused kernel with its backward.
 
     Parsing and compilation happen on the first call, specialised on the shapes and dtype of the
     features passed; later calls with the same shapes reuse the kernel (in memory and on disk).
     With ``generic_shapes=True`` the kernel is specialised only on which feature sizes are 1 and
     which are equal (see `shape_pattern`), and takes the sizes at run time: one kernel serves every
-    width, which is what lets the prebuilt layers be compiled at install time.
+    width, which is what lets the prebuilt layers be compiled at install time. ``shapes`` declares
+    every feature's per-row shape with named sizes and 1s, e.g. ``{"x": ("heads", "channels"),
+    "a_src": ("heads", 1)}``: one kernel then serves every size, 1 and equal sizes included.
     """
     if fn is None:
-        return lambda f: CompiledProgram(f, generic_shapes)
-    return CompiledProgram(fn, generic_shapes)
+        return lambda f: CompiledProgram(f, generic_shapes, shapes)
+    return CompiledProgram(fn, generic_shapes, shapes)
 
 
 def shape_pattern(specs: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
-    """Feature shapes with every size other than 1 replaced by a symbol (see pattern_of)."""
-    patterns, _ = pattern_of({name: spec.shape for name, spec in specs.items()})
-    return {name: FeatureSpec(patterns[name], spec.dtype) for name, spec in specs.items()}
+    """Feature shapes with every size other than 1 replaced by a symbol s0, s1, ...: one symbol per
+    distinct size, numbered in order of first appearance (features by name, then axes)."""
+    symbols: dict[int, str] = {}
+    out = {}
+    for name in sorted(specs):
+        shape = tuple(d if d == 1 else symbols.setdefault(d, f"s{len(symbols)}") for d in specs[name].shape)
+        out[name] = FeatureSpec(shape, specs[name].dtype)
+    return out
 
 
-def pattern_of(shapes: dict[str, tuple]) -> tuple[dict[str, tuple], list]:
-    """Shapes with every size other than 1 replaced by a symbol s0, s1, ...: one symbol per distinct
-    size, numbered in order of first appearance (by name, then axis); and the sizes the symbols
-    stand for. Sizes are compared with ==, so torch.compile's symbolic sizes work too. The
-    extension's entry points pick their kernel the same way (csrc/seastar_ops.h: variant_key)."""
-    dims: list = []
-    patterns = {}
-    for name in sorted(shapes):
-        pattern = []
-        for d in shapes[name]:
-            if d == 1:
-                pattern.append(1)
-                continue
-            k = next((k for k, seen in enumerate(dims) if seen == d), len(dims))
-            if k == len(dims):
-                dims.append(d)
-            pattern.append(f"s{k}")
-        patterns[name] = tuple(pattern)
-    return patterns, dims
+def declared_shapes(specs: dict[str, FeatureSpec], declared: dict) -> dict[str, FeatureSpec]:
+    """Feature shapes as declared, each named size a symbol s0, s1, ... (numbered in order of first
+    appearance: features by name, then axes); the tensors passed must fit the declaration."""
+    if set(specs) != set(declared):
+        raise TypeError(f"features {sorted(specs)} do not match the declared ones {sorted(declared)}")
+    symbols: dict[str, str] = {}
+    out = {}
+    for name in sorted(specs):
+        shape, want = specs[name].shape, tuple(declared[name])
+        if len(shape) != len(want) or any(w == 1 and d != 1 for d, w in zip(shape, want)):
+            raise ValueError(f"feature {name!r} must have per-row shape {list(want)}, got {list(shape)}")
+        out[name] = FeatureSpec(tuple(1 if w == 1 else symbols.setdefault(w, f"s{len(symbols)}") for w in want),
+                                specs[name].dtype)
+    return out
 
 
 def _device_of(features: dict) -> torch.device:
@@ -375,6 +380,8 @@ def _gather_inputs(fn, spec: Specialisation, g: Graph, features: dict) -> list[t
         key = buf.key
         if key.role is Role.DEGREE:
             inputs.append(g.in_degree(compute))
+        elif key.role is Role.SEED:  # from torch's generator: reproducible under torch.manual_seed
+            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64, device=g.device))
         elif key.role is Role.PARAM:
             inputs.append(params[key.name].contiguous())
         else:

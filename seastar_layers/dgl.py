@@ -9,7 +9,6 @@ edge-wise step runs as one fused vertex program. DGLGraphs and blocks from DGL's
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -23,19 +22,10 @@ from dgl.nn.pytorch import APPNPConv as _DGLAPPNPConv  # noqa: E402
 from dgl.nn.pytorch import GATConv as _DGLGATConv  # noqa: E402
 from dgl.nn.pytorch import GraphConv as _DGLGraphConv  # noqa: E402
 
-_warned: set[tuple[str, str]] = set()
-
 ZERO_IN_DEGREE = ("There are 0-in-degree nodes in the graph, output for those nodes will be invalid. This is harmful "
                   "for some applications, causing silent performance regression. Adding self-loop on the input graph "
                   "by calling `g = dgl.add_self_loop(g)` will resolve the issue. Setting ``allow_zero_in_degree`` to "
                   "be `True` when constructing this module will suppress the check and let the code run.")
-
-
-def _warn_once(layer: str, option: str) -> None:
-    if (layer, option) not in _warned:
-        _warned.add((layer, option))
-        warnings.warn(f"seastar_layers.dgl.{layer}: {option} is not fused; running DGL's own {layer} for it",
-                      RuntimeWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -93,9 +83,6 @@ class GATConv(_DGLGATConv):
                "aggregation in one sweep over the edges.\n\n" + (_DGLGATConv.__doc__ or ""))
 
     def forward(self, graph, feat, edge_weight=None, get_attention=False):
-        if get_attention:
-            _warn_once("GATConv", "get_attention=True")
-            return super().forward(graph, feat, edge_weight, get_attention)
         programs.check_features("dgl.GATConv", feat)
         converted = _converted(graph)
         _check_in_degrees(self, converted)
@@ -124,7 +111,7 @@ class GATConv(_DGLGATConv):
         heads = math.prod(src_prefix[1:]) * H
         feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
                  "x": feat_src.reshape(-1, heads, F)}
-        mask = None
+        mask = None  # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha
         if self.training and self.attn_drop.p > 0:  # DGL's own dropout on the attention (p=1 drops it all)
             mask = self.attn_drop(el.new_ones(g.num_edges, heads, 1))
         if edge_weight is not None:
@@ -133,13 +120,18 @@ class GATConv(_DGLGATConv):
         if mask is not None:
             feats["mask"] = mask.contiguous()
         slope = el.new_tensor(self.leaky_relu.negative_slope)
-        rst = programs.GAT_ATTENTION(g, slope=slope, **feats)[0].view(*dst_prefix, H, F)
+        # one dtype for the kernel: under autocast the scores come out float32 beside half features
+        result = programs.GAT_ATTENTION(g, slope=slope, with_attention=bool(get_attention),
+                                        **{name: t.to(feat_src.dtype) for name, t in feats.items()})
+        rst = result[0].view(*dst_prefix, H, F)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h_dst).view(*dst_prefix, -1, F)
         if self.has_explicit_bias:
             rst = rst + self.bias.view(*((1,) * len(dst_prefix)), H, F)
         if self.activation:
             rst = self.activation(rst)
+        if get_attention:
+            return rst, result[1].view(g.num_edges, *src_prefix[1:], H, 1)
         return rst
 
 
@@ -177,7 +169,7 @@ def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch
     """out_v = sum_e w[e] * x[u]; weights of any other shape broadcast per edge, as DGL's u_mul_e."""
     if edge_weight is not None and edge_weight.numel() != g.num_edges:
         # weights of other shapes than the prebuilt kernels': the same program, compiled for them
-        return programs.weighted_sum(True)(g, x=x, w=edge_weight.to(x.dtype))
+        return programs.weighted_sum(True, declared=False)(g, x=x, w=edge_weight.to(x.dtype))
     feats = {"x": _rows(x)}
     if edge_weight is not None:
         feats["w"] = edge_weight.reshape(g.num_edges).to(x.dtype)
@@ -245,7 +237,7 @@ class APPNPConv(_DGLAPPNPConv):
         for _ in range(self._k):
             w = edge_weight
             if self.training and self.edge_drop.p > 0:
-                w = self.edge_drop(torch.ones(g.num_edges, 1, dtype=feat.dtype) if w is None else w)
+                w = self.edge_drop(feat.new_ones(g.num_edges, 1) if w is None else w)
             feats = {"x": h * src_norm if edge_weight is None else h}
             if w is not None:
                 feats["w"] = w.reshape(g.num_edges).to(feat.dtype)

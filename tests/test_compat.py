@@ -66,3 +66,16 @@ def test_real_dgl_imports():
     dgl = compat.import_dgl()
     g = dgl.graph(([0, 1], [1, 2]))
     assert g.num_edges() == 2
+
+
+def test_graphs_save_and_load_after_the_workaround(tmp_path):
+    """The workaround re-imports DGL; its FFI objects must still serialise (DGL's datasets cache graphs so)."""
+    import torch
+
+    dgl = compat.import_dgl()
+    g = dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])))
+    g.ndata["x"] = torch.randn(3, 4)
+    dgl.save_graphs(str(tmp_path / "g.bin"), [g], {"labels": torch.arange(3)})
+    (loaded,), extra = dgl.load_graphs(str(tmp_path / "g.bin"))
+    assert torch.equal(torch.stack(loaded.edges()), torch.stack(g.edges()))
+    assert torch.equal(loaded.ndata["x"], g.ndata["x"]) and torch.equal(extra["labels"], torch.arange(3))

@@ -81,6 +81,35 @@ def test_schedules_of_the_emulator(emulated, monkeypatch, seed):
     check_against_oracle(per_head_dot, ["h", "g"], random_graph(N, N, 80, seed=seed), N, N)
 
 
+def layer_program_inputs(example: dict, n: int, num_edges: int, gen) -> dict:
+    """Random features in the declared shapes of a prebuilt variant's example: vertex rows -> n,
+    edge rows -> num_edges, heads 2 -> 3, channels 3 -> 7 (odd sizes, unlike the examples')."""
+    rows = {3: n, 4: num_edges}
+    trailing = {2: 3, 3: 7, 1: 1}
+    return {name: torch.randn(rows[t.shape[0]], *(trailing[d] for d in t.shape[1:]), generator=gen,
+                              dtype=t.dtype).requires_grad_()
+            for name, t in example.items()}
+
+
+def test_layer_programs_under_emulation(emulated, monkeypatch):
+    """Every float64 prebuilt variant of the layers (GAT with each option, attention weights
+    included; GCN's and APPNP's sums), CUDA dialect under the emulator against the CPU kernel, on
+    a graph with a hub and rows without in-edges; forward and gradients."""
+    n = 40
+    ei = hub_graph(n, seed=3)
+    variants = [(p, f) for p, f in prebuilt_variants() if next(iter(f.values())).dtype == torch.float64]
+    assert len(variants) == 20
+    for program, example in variants:
+        feats = layer_program_inputs(example, n, ei.shape[1], torch.Generator().manual_seed(len(example)))
+        emulated_out = program(ei, **feats)
+        monkeypatch.delenv("SEASTAR_EMULATE_CUDA")
+        cpu_out = program(ei, **feats)
+        monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
+        inputs = list(feats.values())
+        assert_close(emulated_out, cpu_out)
+        assert_close(grads(emulated_out, inputs), grads(cpu_out, inputs))
+
+
 HALF_TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 6e-2}
 
 

@@ -9,7 +9,6 @@ import ctypes
 import math
 import re
 import shutil
-import struct
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor

@@ -142,15 +142,6 @@ def test_state_dicts_load_both_ways_and_repr():
         ours.reset_parameters() if hasattr(ours, "reset_parameters") else None
 
 
-def test_get_attention_warns_and_matches():
-    ref, ours = pair("GATConv", in_feats=F_IN, out_feats=3, num_heads=2)
-    with pytest.warns(RuntimeWarning, match="get_attention=True is not fused"):
-        out, att = ours(graph(), x(), get_attention=True)
-    out_ref, att_ref = ref(graph(), x(), get_attention=True)
-    torch.testing.assert_close(out, out_ref)
-    torch.testing.assert_close(att, att_ref)
-
-
 def test_dgl_graph_converted_once():
     _, ours = pair("GATConv", in_feats=F_IN, out_feats=3, num_heads=2)
     g = graph()

@@ -319,6 +319,43 @@ def test_a_python_list_as_edge_index_says_what_is_accepted():
         assert "list" in str(our_error.value), (str(our_error.value), str(pyg_error.value))
 
 
+# ---- NaN and Inf where PyG's would come out -----------------------------------------------------
+
+def neighbour_max(v):
+    return max(nb.x for nb in v.innbs)
+
+
+def divide_by_zero(v):
+    return sum(nb.x / 0 for nb in v.innbs)
+
+
+def test_max_aggregation_propagates_nan_as_pyg():
+    from torch_geometric.utils import scatter
+
+    edge_index = torch.tensor([[0, 1, 2, 2, 3], [1, 1, 3, 4, 4]])
+    x = torch.tensor([[1.0, float("nan")], [float("nan"), float("nan")], [2.0, 3.0], [float("nan"), -1.0], [0.0, 0.0]])
+    ours = sl.compile(neighbour_max)(edge_index, x=x)
+    expected = scatter(x[edge_index[0]], edge_index[1], dim=0, dim_size=5, reduce="max")
+    torch.testing.assert_close(ours, expected, equal_nan=True)
+    assert torch.isnan(ours[1]).all()  # an all-NaN neighbourhood gives NaN, not -inf
+
+
+def test_division_by_zero_gives_infinities():
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    x = torch.tensor([[1.0], [-2.0], [0.0]])
+    out = sl.compile(divide_by_zero)(edge_index, x=x)
+    torch.testing.assert_close(out, x[[2, 0, 1]] / 0, equal_nan=True)
+
+
+def test_appnp_takes_a_very_wide_feature_as_pyg():
+    # per-row values live in heap scratch, not on a thread's stack
+    import torch_geometric.nn as pyg_nn
+
+    edge_index = torch.tensor([[0, 1, 2, 3, 1], [1, 2, 3, 0, 3]])
+    x = torch.randn(4, 3_000_000)
+    torch.testing.assert_close(sl.APPNP(K=2, alpha=0.1)(x, edge_index), pyg_nn.APPNP(K=2, alpha=0.1)(x, edge_index))
+
+
 # ---- a program's source edited after import -----------------------------------------------------
 
 USER_MODULE = '''

@@ -25,6 +25,19 @@ SCRIPT = textwrap.dedent("""
             torch.testing.assert_close(out, ref(*a), atol=1e-5, rtol=1e-5)
     ours.train()
     sl.GATConv(12, 4, heads=2, dropout=0.5).train()(x, ei).sum().backward()
+    for dtype in (torch.float32, torch.float64):  # attention weights: their own kernels, also prebuilt
+        xd = x.to(dtype)
+        for kwargs, args in [(dict(heads=3, edge_dim=2), (torch.randn(160, 2, dtype=dtype),)), (dict(heads=1), ())]:
+            ours, ref = sl.GATConv(12, 5, **kwargs).to(dtype), P.GATConv(12, 5, **kwargs).to(dtype)
+            ours.load_state_dict(ref.state_dict())
+            out, (_, alpha) = ours(xd, ei, *args, return_attention_weights=True)
+            (out.sum() + alpha.sum()).backward()
+            torch.testing.assert_close(alpha, ref(xd, ei, *args, return_attention_weights=True)[1][1], atol=1e-5,
+                                       rtol=1e-5)
+        dropped = sl.GATConv(12, 4, heads=2, dropout=0.5).to(dtype).train()
+        dropped(xd, ei, return_attention_weights=True)[1][1].sum().backward()
+        no_dst = sl.GATConv(12, 5, heads=2).to(dtype)
+        no_dst((xd, None), ei, size=(40, 40), return_attention_weights=True)[1][1].sum().backward()
     xb = torch.randn(3, 40, 12)  # static graphs and the reversed flow reuse the same kernels
     for ours, ref in [(sl.GCNConv(12, 4, flow="target_to_source"), P.GCNConv(12, 4, flow="target_to_source")),
                       (sl.APPNP(K=2, alpha=0.1), P.APPNP(K=2, alpha=0.1))]:
@@ -43,6 +56,12 @@ SCRIPT = textwrap.dedent("""
         torch.testing.assert_close(ours(g, x, edge_weight=w), ref(g, x, edge_weight=w), atol=1e-5, rtol=1e-5)
         wide = torch.randn(40, 3, 12)  # (N, *, D) features fold into the heads or channels
         torch.testing.assert_close(ours(g, wide), ref(g, wide), atol=1e-5, rtol=1e-5)
+        if isinstance(ours, sd.GATConv):  # and their attention, with dropout or edge weights in it
+            for feat, kwargs in [(x, {}), (wide, {}), (x.double(), {}), (x, dict(edge_weight=w))]:
+                ours.to(feat.dtype), ref.to(feat.dtype)
+                torch.testing.assert_close(ours(g, feat, get_attention=True, **kwargs),
+                                           ref(g, feat, get_attention=True, **kwargs), atol=1e-5, rtol=1e-5)
+            sd.GATConv(12, 3, 4, attn_drop=0.5).train()(g, x, get_attention=True)[1].sum().backward()
     assert jit.build_count == 0
 
     @sl.compile

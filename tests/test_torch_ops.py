@@ -11,8 +11,9 @@ from helpers import random_graph
 
 import seastar_layers as sl
 from seastar_layers.codegen.torch_entry import variant_key
+from seastar_layers.runtime import library
 from seastar_layers.graph import csr_layouts
-from seastar_layers.nn.programs import FAMILIES, WEIGHTED_SUM
+from seastar_layers.nn.programs import FAMILIES, GAT_ATTENTION, WEIGHTED_SUM
 from seastar_layers.runtime.executor import COMPUTE_DTYPE
 
 N = 9
@@ -21,72 +22,82 @@ GRAPH = sl.Graph.from_edge_index(EI, N)
 OPS = torch.ops.seastar_layers
 
 
-def random_inputs(family, features, seed):
-    """Random features of the variant's shapes on GRAPH, and random parameters."""
+# sizes for each variant's declared shapes: heads and channels apart, then equal, then 1
+SIZES = [{2: 3, 3: 5}, {2: 4, 3: 4}, {2: 1, 3: 1}]
+
+
+def random_inputs(family, features, seed, sizes=SIZES[0]):
+    """Random features of the variant's declared shapes on GRAPH (the examples' sizes 2 and 3
+    replaced by `sizes`), and random parameters."""
     gen = torch.Generator().manual_seed(seed)
     rows = {3: N, 4: GRAPH.num_edges}  # the examples' rows: 3 per vertex, 4 per edge
     tensors = {}
     for name, t in features.items():
-        tensors[name] = torch.randn(rows[t.shape[0]], *t.shape[1:], generator=gen, dtype=t.dtype)
+        shape = [sizes.get(d, d) for d in t.shape[1:]]
+        tensors[name] = torch.randn(rows[t.shape[0]], *shape, generator=gen, dtype=t.dtype)
     dtype = next(iter(features.values())).dtype
     for p in family.params:
         tensors[p] = torch.rand((), generator=gen, dtype=COMPUTE_DTYPE[dtype])
     return tensors
 
 
-def program_of(family, tensors):
-    flags = {flag: feature in tensors for feature, flag in family.optional}
-    return family.build(**flags, **{p: tensors[p] for p in family.params})
+def tolerance(dtype):
+    """Both paths run the same kernel; half-precision gradients may sum in another order."""
+    return {"rtol": 0, "atol": 0} if dtype in (torch.float32, torch.float64) else {}
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_every_variant_equals_its_program(family):
-    """The entry point chooses the variant and wires its buffers: results and gradients equal the
-    program's through the compiler's path, for every specialisation compiled into the extension."""
-    for k, (_, features) in enumerate(family.variants()):
-        tensors = {n: t.requires_grad_() for n, t in random_inputs(family, features, seed=k).items()}
-        params = {p: tensors[p] for p in family.params}
-        feats = {n: t for n, t in tensors.items() if n not in params}
-        ours = family(GRAPH, **tensors)[0]
-        theirs = program_of(family, tensors)(GRAPH, **feats)
-        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
-        projection = torch.randn_like(ours)
-        got = torch.autograd.grad((ours * projection).sum(), list(tensors.values()), allow_unused=True)
-        want = torch.autograd.grad((theirs * projection).sum(), list(tensors.values()), allow_unused=True)
-        for name, g, w in zip(tensors, got, want, strict=True):
-            if w is None:  # a parameter the program reads only through others
-                w = torch.zeros_like(tensors[name])
-            torch.testing.assert_close(g, w, msg=lambda m, name=name: f"{family.name} {features.keys()} {name}: {m}")
+    """The entry point chooses the variant, binds its sizes and wires its buffers: results and
+    gradients equal the program's through the compiler's path, for every specialisation compiled
+    into the extension (every option and switch, in every dtype) and several sizes each."""
+    for k, (options, dtype, program, features) in enumerate(family.variants()):
+        for sizes in SIZES:
+            tensors = {n: t.requires_grad_() for n, t in random_inputs(family, features, k, sizes).items()}
+            feats = {n: t for n, t in tensors.items() if n not in family.params}
+            switches = {s: True for s in family.switches if s in options}
+            ours = family(GRAPH, **tensors, **switches)
+            theirs = family.build(**{flag: feature in options for feature, flag in family.optional}, **switches,
+                                  **{p: tensors[p] for p in family.params})(GRAPH, **feats)
+            theirs = list(theirs) if isinstance(theirs, tuple) else [theirs]
+            assert len(ours) == len(theirs)
+            for got, want in zip(ours, theirs):
+                torch.testing.assert_close(got, want, **tolerance(dtype))
+            projections = [torch.randn_like(r) for r in ours]
+            got = torch.autograd.grad(sum((r * p).sum() for r, p in zip(ours, projections)), list(tensors.values()),
+                                      allow_unused=True)
+            want = torch.autograd.grad(sum((r * p).sum() for r, p in zip(theirs, projections)),
+                                       list(tensors.values()), allow_unused=True)
+            for name, g, w in zip(tensors, got, want, strict=True):
+                if w is None:  # a parameter the program reads only through others
+                    w = torch.zeros_like(tensors[name])
+                torch.testing.assert_close(g, w, **tolerance(dtype),
+                                           msg=lambda m, name=name: f"{family.name} {options} {dtype} {name}: {m}")
 
 
 def opcheck_cases():
-    cases = []
-    for family in FAMILIES:
-        seen = set()
-        for _, features in family.variants():
-            present = frozenset(features)
-            dtype = next(iter(features.values())).dtype
-            if (present, dtype) in seen:
-                continue
-            seen.add((present, dtype))
-            cases.append(pytest.param(family, features, id=f"{family.name}-{'-'.join(sorted(present))}-{dtype}"))
-    return cases
+    return [pytest.param(family, options, features, id=f"{family.name}-{'-'.join(options)}-{dtype}")
+            for family in FAMILIES for options, dtype, _, features in family.variants()
+            if dtype in (torch.float32, torch.float16)]
 
 
-@pytest.mark.parametrize("family,features", opcheck_cases())
-def test_opcheck(family, features):
+def op_args(family, options, tensors):
+    return ([GRAPH.tensors()] + [tensors.get(name) for name in family.arguments]
+            + [s in options for s in family.switches])
+
+
+@pytest.mark.parametrize("family,options,features", opcheck_cases())
+def test_opcheck(family, options, features):
     """Schema, fake implementation, autograd registration and AOT dispatch of the forward op, then
-    of the backward op, for each set of options and dtype."""
+    of the backward op, for each set of options (float32 and float16)."""
     tensors = random_inputs(family, features, seed=1)
-    args = [GRAPH.tensors()] + [tensors[name].requires_grad_() if name in tensors else None
-                                for name in family.arguments]
+    args = op_args(family, options, {n: t.detach().requires_grad_() for n, t in tensors.items()})
     forward = getattr(OPS, family.name)
     torch.library.opcheck(forward, tuple(args))
-    results, saved = forward(*[[t.detach() for t in args[0]]] + [a.detach() if a is not None else None
-                                                                 for a in args[1:]])
+    results, saved = forward(*op_args(family, options, tensors))
     grads = [torch.randn_like(r) for r in results]
-    backward_args = [a.detach() if isinstance(a, torch.Tensor) else a for a in args] + [saved, grads]
-    torch.library.opcheck(getattr(OPS, f"{family.name}_backward"), tuple(backward_args))
+    torch.library.opcheck(getattr(OPS, f"{family.name}_backward"),
+                          tuple(op_args(family, options, tensors) + [saved, grads]))
 
 
 def gat_args(**overrides):
@@ -105,15 +116,17 @@ def call_gat(graph=None, **overrides):
 
 @pytest.mark.parametrize("overrides,error,words", [
     ({"x": torch.randn(N + 1, 2, 5)}, ValueError, ["'x'", "source vertex", "10"]),
-    ({"a_dst": torch.randn(N, 3, 1)}, ValueError, ["no kernel for the feature shapes", "a_dst[3, 1]", "a_src:s0,1"]),
+    ({"a_dst": torch.randn(N, 3, 1)}, ValueError, ["'a_dst' has heads = 3", "'a_src' has heads = 2", "must agree"]),
+    ({"a_dst": torch.randn(N, 2, 4)}, ValueError, ["'a_dst' must have per-row shape (heads, 1)", "[2, 4]"]),
     ({"x": torch.randn(N, 2, 5).double()}, TypeError, ["share one dtype", "'x'", "torch.float64"]),
-    ({"a_src": torch.randn(N, 2, 1).half(), "x": torch.randn(N, 2, 5).half(), "a_dst": torch.randn(N, 2, 1).half()},
-     TypeError, ["dtype torch.float16", "float32 or float64"]),
+    ({"a_src": torch.randn(N, 2, 1).int(), "x": torch.randn(N, 2, 5).int(), "a_dst": torch.randn(N, 2, 1).int()},
+     TypeError, ["'a_src' of dtype torch.int32", "float32, float64, float16 or bfloat16"]),
     ({"x": torch.randn(N, 5, 2).transpose(1, 2)}, ValueError, ["'x' must be contiguous", "x.contiguous()"]),
     ({"slope": torch.tensor([0.2])}, ValueError, ["parameter 'slope'", "shape []"]),
     ({"slope": torch.tensor(0.2, dtype=torch.float64)}, TypeError, ["parameter 'slope' must be torch.float32"]),
-    ({"x": torch.randn(N)}, ValueError, ["no kernel for the feature shapes"]),
-], ids=["rows", "shapes", "mixed dtypes", "dtype", "contiguity", "param shape", "param dtype", "rank"])
+    ({"x": torch.randn(N)}, ValueError, ["'x' must have shape (rows, heads, channels)"]),
+], ids=["rows", "sizes disagree", "declared 1", "mixed dtypes", "dtype", "contiguity", "param shape", "param dtype",
+        "rank"])
 def test_entry_point_refuses_bad_arguments(overrides, error, words):
     with pytest.raises(error) as info:
         call_gat(**overrides)
@@ -159,10 +172,17 @@ def test_unlisted_edges_are_absent_and_get_zero_gradients():
     assert bool((grad_w[~listed] == 0).all()) and bool((grad_w[listed] != 0).any())
 
 
-def test_variant_keys_follow_the_shape_pattern():
-    assert variant_key(torch.float32, {"x": (4, 7), "a_src": (4, 1)}) == "float32|a_src:s0,1|x:s0,s1"
-    assert variant_key(torch.float64, {"x": (3,), "w": ()}) == "float64|w:|x:s0"
-    assert variant_key(torch.float32, {"x": (1, 5), "h": (5, 5)}) == "float32|h:s0,s0|x:1,s0"
+def test_variant_keys_name_dtype_and_options():
+    assert variant_key(torch.float32, ()) == "float32"
+    assert variant_key(torch.bfloat16, ("a_dst", "mask", "with_attention")) == "bfloat16|a_dst|mask|with_attention"
+    tensors, options = GAT_ATTENTION.split([torch.zeros(1), torch.zeros(1), torch.zeros(()), None, torch.zeros(1)])
+    assert sorted(tensors) == ["a_edge", "a_src", "slope", "x"] and options == ("a_edge",)
+    assert GAT_ATTENTION.split([torch.zeros(1)] * 3 + [None] * 3 + [True])[1] == ("with_attention",)
+
+
+def test_one_kernel_per_option_and_dtype():
+    """Declared shapes: the extension holds one variant per set of options and dtype (80 in all)."""
+    assert [len(list(f.variants())) for f in FAMILIES] == [64, 8, 8]
 
 
 def test_torchscript_calls_a_registered_op():
@@ -184,7 +204,7 @@ def test_ops_exist_right_after_import():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "seastar_layers::gat_attention(Tensor[] graph, Tensor a_src, Tensor x, Tensor slope, Tensor? a_dst=None, " \
-           "Tensor? a_edge=None, Tensor? mask=None) -> (Tensor[], Tensor[])" in result.stdout
+           "Tensor? a_edge=None, Tensor? mask=None, bool with_attention=False) -> (Tensor[], Tensor[])" in result.stdout
     assert result.stdout.count("seastar_layers::") == 6
 
 
@@ -206,3 +226,28 @@ def test_a_graph_built_in_inference_mode_serves_training_later():
             layer(*args)
         layer(*args).sum().backward()
         assert all(p.grad is not None for p in layer.parameters())
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_cuda_without_cuda_kernels_runs_the_jit(family, monkeypatch):
+    """Where the extension has no CUDA kernels, the ops' CUDA implementation compiles the variant's
+    program through the path custom programs take (nvcc, the disk cache), announced once. Here it
+    runs under SEASTAR_EMULATE_CUDA=1 (the CUDA dialect on CPU tensors, as CI tests CUDA logic)
+    and must equal the extension's CPU kernels, forward and backward, every option on."""
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"seastar_layers::{family.name}", "CUDA")
+    monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
+    monkeypatch.setattr(library, "_warned_jit", False)
+    options = family.options
+    features = family.examples(options, torch.float64)
+    args = op_args(family, options, random_inputs(family, features, seed=4))
+    graph = GRAPH.tensors(with_orders=True)
+    with pytest.warns(RuntimeWarning, match="has no CUDA kernels.*FORCE_CUDA=1"):
+        results, saved = library._jit_forward(family, graph, *args[1:])
+    want, want_saved = getattr(OPS, family.name)(*args)
+    for got, expected in zip(results, want, strict=True):
+        torch.testing.assert_close(got, expected)
+    grads = [torch.randn_like(r) for r in results]
+    got = library._jit_backward(family, graph, *args[1:], saved, grads)
+    expected = getattr(OPS, f"{family.name}_backward")(*args, want_saved, grads)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)

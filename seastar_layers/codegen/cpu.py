@@ -100,12 +100,26 @@ class CpuDialect(Dialect):
     def sync(self) -> list[str]:
         return []
 
-    def block_layout(self, size: str) -> BlockLayout:
-        # a constant trip count for full blocks keeps the accumulators in registers
-        return BlockLayout(str(BLOCK), BLOCK, [(f"if (f0 + {BLOCK} <= {size}) {{", str(BLOCK), None),
-                                               ("} else {", f"(int)(({size}) - f0)", "}")],
-                           ["#pragma omp simd", "for (int k = 0; k < WIDTH; ++k) {", "  const int64_t f = f0 + k;"],
-                           ["}"], "f")
+    def block_layout(self, shape: tuple, size: str) -> BlockLayout:
+        # slots run along the last axis of extent > 1, BLOCK features at a time; the axes before it
+        # are looped outside, so a value constant along it (GAT's per-head score beside per-head
+        # channels) is computed once per edge, and the slot loop vectorises
+        axis = max(d for d, n in enumerate(shape) if n != 1)
+        extent = shape[axis]
+        open_lines = [f"for (int64_t o{d} = 0; o{d} < {n}; ++o{d}) {{" for d, n in enumerate(shape[:axis]) if n != 1]
+        open_lines.append(f"for (int64_t c0 = 0; c0 < {extent}; c0 += {BLOCK}) {{")
+        outer = [f"o{d}" if n != 1 else "0" for d, n in enumerate(shape[:axis])]
+        trailing = ["0"] * (len(shape) - axis - 1)
+        # a constant trip count for full blocks keeps the accumulators in registers; with a size
+        # known here, only the blocks that occur are rendered
+        variants = [(f"if (c0 + {BLOCK} <= {extent}) {{", str(BLOCK), None),
+                    ("} else {", f"(int)(({extent}) - c0)", "}")]
+        if isinstance(extent, int):
+            variants = [(None, str(BLOCK), None)] if extent % BLOCK == 0 else \
+                [(None, str(extent), None)] if extent < BLOCK else variants
+        return BlockLayout(open_lines, ["}"] * len(open_lines), BLOCK, variants,
+                           ["#pragma omp simd", "for (int k = 0; k < WIDTH; ++k) {"], ["}"],
+                           outer + ["(c0 + k)"] + trailing, None, axis, outer + ["0"] + trailing, "c0 == 0")
 
     def run_kernels(self, kernels: list, params: str) -> list[str]:
         lines = [f"p.scratch_per_row = {c_max([scratch for _, _, scratch, _ in kernels])};",

@@ -13,7 +13,7 @@ import re
 
 from ..ir import OPS, BufferKey, Kind, Op, Space
 from ..ir.program import size_expr, strides, symbols_of
-from ..passes.schedule import Buffer, Kernel, Schedule
+from ..passes.schedule import Kernel, Loop, Schedule
 from .dialect import Dialect, ElementLoop, c_max
 
 # graph[]: in-CSR (indptr, sources, edge ids), out-CSR (indptr, destinations, edge ids), then the
@@ -51,15 +51,13 @@ class KernelRenderer:
         self.slots: dict[int, str] = {}  # value -> offset in the row's scratch
         self.scratch_sizes: list = []
         self.sizes: list = []  # every value size the kernel handles: the dialect sizes its groups by the widest
-        self._lanes: set[int] = set()  # per-edge values held in registers inside a blocked loop
+        self.block_shape: tuple = ()  # the aggregations' shape in the blocked loop being rendered
         self.shared_in_edge_loop = False  # whether the current edge loop wrote values other lanes read
 
     # helpers -----------------------------------------------------------------------------------
     def emit(self, *lines: str):
         self.lines.extend("  " * self.depth + line for line in lines)
 
-    def c_type(self, buf: Buffer) -> str:
-        return "acc_t" if buf.in_compute_type else "scalar_t"
 
     def access(self, i: int, idx: str) -> str:
         n = self.nodes[i]
@@ -69,10 +67,12 @@ class KernelRenderer:
             return self.d.load(f"v{i}[{idx}]", self.dtype)
         return f"v{i}[{idx}]"
 
-    def c_expr(self, i: int, operands: list[str]) -> str:
+    def c_expr(self, i: int, operands: list[str], element: str) -> str:
+        """Node i's C expression for one element (`element`: its flat index, which random draws hash)."""
         n = self.nodes[i]
         template = _MATH.sub(lambda m: self.d.math(m.group(1), self.dtype) + "(", OPS[n.op].c)
-        return template.format(*operands, **dict(n.attrs))
+        row = {self.k.row_space: "r", self.k.nbr_space: "nbr", Space.EDGE: "eid"}.get(n.space, "0")
+        return template.format(*operands, **dict(n.attrs), row=row, element=element)
 
     def index_in(self, loop: ElementLoop, shape) -> str:
         if loop.flat is not None and tuple(shape) == loop.shape:
@@ -141,9 +141,9 @@ class KernelRenderer:
         self.ready.add(i)
         if from_buffer:
             buf = self.buffers[self.s.reads[i]]
-            if not buf.in_compute_type:
+            if buf.c_type == "scalar_t":
                 self.stored_typed.add(i)
-            self.emit(f"const {self.c_type(buf)}* v{i} = {self.pointer_for(i)};")
+            self.emit(f"const {buf.c_type}* v{i} = {self.pointer_for(i)};")
         elif n.op is Op.RESHAPE:
             (x,) = n.args
             if x in self.stored_typed:
@@ -152,7 +152,7 @@ class KernelRenderer:
             self.emit(f"const {'scalar_t' if x in self.stored_typed else 'acc_t'}* v{i} = v{x};")
         elif n.op.kind == Kind.REDUCE:
             self.render_reduce(i)
-        elif OPS[n.op].c is not None:
+        elif n.op.kind in (Kind.ELEMENTWISE, Kind.SHAPE, Kind.RANDOM) and OPS[n.op].c is not None:
             self.render_elementwise(i)
         else:
             raise NotImplementedError(f"the renderer has no rule for {n.op.name}")
@@ -163,7 +163,8 @@ class KernelRenderer:
 
         def body(loop):
             operands = [self.access(a, self.index_in(loop, self.nodes[a].shape)) for a in n.args]
-            return [f"v{i}[{self.index_in(loop, n.shape)}] = {self.c_expr(i, operands)};"]
+            index = self.index_in(loop, n.shape)
+            return [f"v{i}[{index}] = {self.c_expr(i, operands, index)};"]
 
         self.for_each(n.shape, n.size, replicated, body)
         self.sync_after(replicated)
@@ -209,68 +210,167 @@ class KernelRenderer:
         self.for_each(n.shape, n.size, False, body)
 
     # blocked edge loops ------------------------------------------------------------------------
-    def lane_values(self, loop):
+    def blocked_values(self, loop) -> list[int] | None:
         """The per-edge values of a loop, in order, if it can run features-outer.
 
-        A loop whose aggregations share one shape S, and whose per-edge values all have shape S or
-        are scalars, is rendered as blocks of features with accumulators in registers, the edges
-        inside each block: an accumulator that lives in memory costs a load and a store per edge.
-        Returns None where any per-edge value has another shape (or reduces or reshapes)."""
+        A loop whose aggregations share one shape S, and whose per-edge values are elementwise and
+        broadcast into S, is rendered as blocks of features with accumulators in registers, the
+        edges inside each block (an accumulator in memory costs a load and a store per edge): each
+        value is computed for one feature of the block at a time, from its operands at that
+        feature's coordinates. Returns None where a per-edge value reduces, reshapes, or has a shape
+        that does not broadcast into S."""
         if loop.edge_writes or not loop.aggs:
             return None
-        shape = self.nodes[loop.aggs[0]].shape
-        if not shape or any(self.nodes[a].shape != shape for a in loop.aggs):
+        shape = self.block_shape_of(loop)
+        if shape is None:
             return None
         order, seen = [], set()
 
+        def available(i) -> bool:  # a constant, a row value, a buffer read or a finished aggregation
+            n = self.nodes[i]
+            return (n.op is Op.CONST or i in self.ready or self.is_row_level(i) or n.op is Op.INPUT
+                    or n.op.kind == Kind.AGGREGATION)
+
+        def inlinable(i) -> bool:  # computable inside a reduction's loop, from available values
+            n = self.nodes[i]
+            return available(i) or (n.op.kind in (Kind.ELEMENTWISE, Kind.RANDOM) and OPS[n.op].c is not None
+                                    and all(inlinable(a) for a in n.args))
+
         def fits(i) -> bool:
             n = self.nodes[i]
-            if n.op is Op.CONST:
-                return True
-            if n.shape not in ((), shape):  # also for values already computed: lanes index them flat
+            if not broadcasts_into(n.shape, shape):
                 return False
-            if i in seen or i in self.ready:
+            if i in seen or available(i):
                 return True
             seen.add(i)
-            if self.is_row_level(i) or n.op is Op.INPUT or n.op.kind == Kind.AGGREGATION:
-                return True  # a row value or a buffer read
-            if n.op.kind != Kind.ELEMENTWISE or OPS[n.op].c is None or not all(fits(a) for a in n.args):
-                return False
-            if n.shape == shape:
+            if n.op.kind == Kind.REDUCE:  # summed per slot, its operand computed inside the sum
+                ok = inlinable(n.args[0])
+            else:
+                ok = n.op.kind in (Kind.ELEMENTWISE, Kind.RANDOM) and OPS[n.op].c is not None
+                ok = ok and all(fits(a) for a in n.args)
+            if ok:
                 order.append(i)
-            return True
+            return ok
 
         if not all(fits(self.nodes[a].args[0]) for a in loop.aggs):
             return None
-        return order
+        return sorted(order)
 
-    def lane(self, i: int, feature: str) -> str:
-        """Value i at feature `feature` of a blocked loop."""
+    def block_shape_of(self, loop) -> tuple | None:
+        """The shape a blocked loop's slots run over: every aggregation's shape, or the widest one if
+        the others broadcast into it and stay constant along its slots (then, where the layout
+        computes such values once per block, they accumulate there: GAT's per-head sums beside its
+        per-head channels). None if the loop cannot be blocked."""
+        shapes = [self.nodes[a].shape for a in loop.aggs]
+        widest = max(shapes, key=lambda t: (sum(d != 1 for d in t), len(t)))
+        if all(d == 1 for d in widest) or not all(broadcasts_into(t, widest) for t in shapes):
+            return None
+        if any(t != widest for t in shapes):
+            layout = self.d.block_layout(widest, str(size_expr(widest)))
+            if layout.first_block is None or any(varies_along(t, widest, layout.vector_axis) for t in shapes
+                                                 if t != widest):
+                return None
+        return widest
+
+    def block_operand(self, i: int, coords: list[str], flat: str | None, names: dict[int, str]) -> str:
+        """Value i at the element of the aggregation's shape whose coordinates are `coords`."""
         n = self.nodes[i]
         if n.op is Op.CONST:
             return self.d.literal(n.attr("value"), self.dtype)
-        if n.shape == ():
-            return self.access(i, "0")
-        return f"e{i}" if i in self._lanes else self.access(i, feature)
+        if i in names:
+            return names[i]
+        return self.access(i, self.block_index(n.shape, coords, flat))
 
-    def render_blocked_loop(self, loop, lanes: list[int]):
-        size = self.nodes[loop.aggs[0]].size
-        layout = self.d.block_layout(str(size))
-        self._lanes = set(lanes)
+    def block_index(self, shape, coords: list[str], flat: str | None) -> str:
+        if flat is not None and tuple(shape) == self.block_shape:
+            return flat
+        return flat_index(shape, coords, len(self.block_shape))
+
+    def block_value(self, i: int, name: str, coords: list[str], flat: str | None, names: dict[int, str]) -> list[str]:
+        """Statements defining `name` as value i at the element with these coordinates."""
+        n = self.nodes[i]
+        if n.op.kind != Kind.REDUCE:
+            operands = [self.block_operand(a, coords, flat, names) for a in n.args]
+            return [f"const acc_t {name} = {self.c_expr(i, operands, self.block_index(n.shape, coords, flat))};"]
+        (x,) = n.args
+        x_shape, axes, keepdim = self.nodes[x].shape, n.attr("axes"), n.attr("keepdim")
+        out = [coords[len(self.block_shape) - len(n.shape) + t] if extent != 1 else "0"
+               for t, extent in enumerate(n.shape)]
+        x_coords, headers, out_axis = [], [], 0
+        for d, extent in enumerate(x_shape):
+            if d in axes:
+                x_coords.append(f"r{i}_{d}")
+                if extent != 1:
+                    headers.append(f"for (int64_t r{i}_{d} = 0; r{i}_{d} < {extent}; ++r{i}_{d})")
+                out_axis += keepdim
+            else:
+                x_coords.append(out[out_axis])
+                out_axis += 1
+        term = self.inline_expr(x, x_coords, len(x_shape))
+        return [f"acc_t {name} = 0;", " ".join(headers + [f"{name} += {term};"])]
+
+    def inline_expr(self, i: int, coords: list[str], rank: int) -> str:
+        """Value i as one C expression at the element with `coords` (of a shape of `rank` axes it
+        broadcasts into): computed values are recomputed inline, the others read."""
+        n = self.nodes[i]
+        if n.op is Op.CONST:
+            return self.d.literal(n.attr("value"), self.dtype)
+        index = flat_index(n.shape, coords, rank)
+        if i in self.ready or self.is_row_level(i) or n.op is Op.INPUT or n.op.kind == Kind.AGGREGATION:
+            return self.access(i, index)
+        return self.c_expr(i, [self.inline_expr(a, coords, rank) for a in n.args], index)
+
+    def render_blocked_loop(self, loop, values: list[int]):
+        self.block_shape = self.block_shape_of(loop)
+        size = size_expr(self.block_shape)
+        layout = self.d.block_layout(self.block_shape, str(size))
         for a in loop.aggs:
             self.declare_value(a, distributed=True)  # each lane stores the features of its own slots
-        self.emit(f"for (int64_t f0 = 0; f0 < {size}; f0 += {layout.width}) {{")
-        self.depth += 1
+        for line in layout.open:
+            self.emit(line)
+            self.depth += 1
         for guard_open, count, guard_close in layout.variants:
             if guard_open:
                 self.emit(guard_open)
-            self.render_block(loop, lanes, layout, count, str(size))
+            self.render_block(loop, values, layout, count, str(size))
             if guard_close:
                 self.emit(guard_close)
-        self.depth -= 1
-        self.emit("}")
-        self._lanes = set()
+        for line in layout.close:
+            self.depth -= 1
+            self.emit(line)
         self.finish_aggregations(loop)
+
+    def reachable(self, roots: list[int], values: list[int]) -> set[int]:
+        """The values among `values` that `roots` are computed from."""
+        values, found, stack = set(values), set(), list(roots)
+        while stack:
+            i = stack.pop()
+            if i in values and i not in found:
+                found.add(i)
+                stack.extend(self.nodes[i].args)
+        return found
+
+    def block_reads(self, values: list[int], loop) -> list[int]:
+        """The buffer rows a blocked loop's values read (the rest is computed or ready), in order."""
+        found, seen = [], set()
+
+        def visit(i):
+            if i in seen or i in self.ready:
+                return
+            seen.add(i)
+            n = self.nodes[i]
+            if n.op is Op.INPUT or n.op.kind == Kind.AGGREGATION:
+                found.append(i)
+                return
+            for a in n.args:
+                visit(a)
+
+        for i in values:
+            for a in self.nodes[i].args:
+                visit(a)
+        for a in loop.aggs:
+            visit(self.nodes[a].args[0])
+        return found
 
     def slot_loop(self, layout, count: str, size: str, body: list[str]):
         self.emit(*(line.replace("WIDTH", count).replace("SIZE", size) for line in layout.slot_open))
@@ -280,28 +380,58 @@ class KernelRenderer:
         self.depth -= nesting
         self.emit(*layout.slot_close)
 
-    def render_block(self, loop, lanes: list[int], layout, count: str, size: str):
-        self.depth += 1
-        f = layout.feature_var
+    def render_block(self, loop, values: list[int], layout, count: str, size: str):
+        self.depth += bool(layout.variants[0][0])  # inside the variant's guard
+        shape = self.block_shape
+        per_slot = [a for a in loop.aggs if self.nodes[a].shape == shape]
+        per_block = [a for a in loop.aggs if self.nodes[a].shape != shape]  # accumulated in the first block
         for a in loop.aggs:
             start = self.d.literal(OPS[self.nodes[a].op].start, self.dtype)
-            self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {layout.slots}; ++k) acc{a}[k] = {start};")
+            if a in per_block:
+                self.emit(f"acc_t acc{a} = {start};")
+            else:
+                self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {layout.slots}; ++k) "
+                          f"acc{a}[k] = {start};")
         outer = self.open_edge_loop()
-        needed = [arg for i in lanes for arg in self.nodes[i].args] + [self.nodes[a].args[0] for a in loop.aggs]
-        for arg in needed:  # buffer reads and per-edge scalars, declared per edge
-            if arg not in self._lanes:
-                self.require(arg)
+        for i in self.block_reads(values, loop):  # buffer rows of this edge; row values are ready already
+            self.require(i)
+        # values constant along the block's features are computed once per edge (where the layout allows)
+        names: dict[int, str] = {}
+        if layout.block_coords is not None:
+            # what only the first block's accumulators need is computed in the first block only
+            for_slots = self.reachable([self.nodes[a].args[0] for a in per_slot], values)
+            first_only = []
+            for i in values:
+                if not varies_along(self.nodes[i].shape, shape, layout.vector_axis):
+                    lines = self.block_value(i, f"s{i}", layout.block_coords, None, names)
+                    (self.emit(*lines) if i in for_slots else first_only.extend(lines))
+                    names[i] = f"s{i}"
+            if per_block:
+                self.emit(f"if ({layout.first_block}) {{")
+                self.depth += 1
+                self.emit(*first_only)
+                for a in per_block:
+                    x = self.block_operand(self.nodes[a].args[0], layout.block_coords, None, names)
+                    self.emit(OPS[self.nodes[a].op].update.format(acc=f"acc{a}", x=x))
+                self.depth -= 1
+                self.emit("}")
         body = []
-        for i in lanes:
-            body.append(f"const acc_t e{i} = {self.c_expr(i, [self.lane(a, f) for a in self.nodes[i].args])};")
-        for a in loop.aggs:
-            update = OPS[self.nodes[a].op].update
-            body.append(update.format(acc=f"acc{a}[k]", x=self.lane(self.nodes[a].args[0], f)))
+        for i in values:
+            if i not in names:
+                body += self.block_value(i, f"e{i}", layout.slot_coords, layout.slot_flat, names)
+                names[i] = f"e{i}"
+        for a in per_slot:
+            x = self.block_operand(self.nodes[a].args[0], layout.slot_coords, layout.slot_flat, names)
+            body.append(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[k]", x=x))
         self.slot_loop(layout, count, size, body)
         self.ready = outer
         self.close_edge_loop()
-        self.slot_loop(layout, count, size, [f"v{a}[{f}] = acc{a}[k];" for a in loop.aggs])
-        self.depth -= 1
+        index = self.block_index(shape, layout.slot_coords, layout.slot_flat)
+        self.slot_loop(layout, count, size, [f"v{a}[{index}] = acc{a}[k];" for a in per_slot])
+        for a in per_block:
+            index = flat_index(self.nodes[a].shape, layout.block_coords, len(shape))
+            self.emit(f"if ({layout.first_block}) v{a}[{index}] = acc{a};")
+        self.depth -= bool(layout.variants[0][0])
 
     # kernel ------------------------------------------------------------------------------------
     def open_edge_loop(self) -> set[int]:
@@ -340,9 +470,17 @@ class KernelRenderer:
             collect(s)
         for i in row_level:  # hoisted out of the edge loop: computed once per row
             self.require(i)
-        lanes = self.lane_values(loop)
-        if lanes is not None:
-            return self.render_blocked_loop(loop, lanes)
+        values = self.blocked_values(loop)
+        if values is not None:
+            return self.render_blocked_loop(loop, values)
+        # aggregations of several shapes (GAT's backward: (heads, channels) and (heads, 1)): a blocked
+        # loop per shape, each sweeping the edges, beats one loop with every value in memory
+        shapes = list(dict.fromkeys(self.nodes[a].shape for a in loop.aggs))
+        parts = [Loop([a for a in loop.aggs if self.nodes[a].shape == shape]) for shape in shapes]
+        if len(parts) > 1 and not loop.edge_writes and all(self.blocked_values(part) is not None for part in parts):
+            for part in parts:
+                self.render_blocked_loop(part, self.blocked_values(part))
+            return
         for a in loop.aggs:
             n = self.nodes[a]
             replicated = self.declare_value(a)
@@ -404,10 +542,11 @@ class KernelRenderer:
                   f"const int64_t* __restrict__ nbrs = p.graph[{csr + 1}];",
                   f"const int64_t* __restrict__ eids = p.graph[{csr + 2}];",
                   f"const int64_t* __restrict__ order = p.graph[{6 if dst else 7}];", "(void)order;")
+        used = set(re.findall(r"\bb(\d+)\b", "\n".join(body)))
         for key, k in self.buffer_index.items():
-            ctype = self.c_type(self.buffers[key])
-            self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
-        self.emit(" ".join(f"(void)b{k};" for k in self.buffer_index.values()))
+            if str(k) in used:
+                ctype = self.buffers[key].c_type
+                self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
         self.emit(*self.d.row_loop_open(n_rows, "order", bool(self.scratch_sizes)))
         self.lines.extend("  " + line for line in body)
         self.emit(*self.d.row_loop_close())
@@ -415,6 +554,39 @@ class KernelRenderer:
         self.emit("}")
         scratch = " + ".join(f"({s})" for s in self.scratch_sizes) or "0"
         return "\n".join(self.lines), n_rows, scratch, c_max(sorted({str(s) for s in self.sizes}))
+
+
+def random_helpers(dialect: Dialect) -> list[str]:
+    """seastar_uniform: a counter-based uniform draw in [0, 1) of acc_t, from a hash of (seed, draw, row or
+    edge, element); both dialects compute the same bits, so CPU and GPU results agree exactly."""
+    fn = dialect.inline_function
+    return [
+        "// splitmix64's finaliser: consecutive counters give independent-looking 64-bit words",
+        f"{fn} uint64_t seastar_mix(uint64_t z) {{",
+        "  z += 0x9e3779b97f4a7c15ull;",
+        "  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;",
+        "  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;",
+        "  return z ^ (z >> 31);",
+        "}",
+        f"{fn} acc_t seastar_uniform(uint64_t seed, uint64_t draw, uint64_t row, uint64_t element) {{",
+        "  const uint64_t h = seastar_mix(seastar_mix(seastar_mix(seed ^ (draw << 48)) ^ row) ^ element);",
+        "  // as many random bits as the mantissa holds, so the result is never 1",
+        "  const int bits = sizeof(acc_t) == 4 ? 24 : 53;",
+        "  return (acc_t)(h >> (64 - bits)) * ((acc_t)1 / (acc_t)(1ull << bits));",
+        "}", ""]
+
+
+def broadcasts_into(shape, target) -> bool:
+    """Whether a value of `shape` broadcasts (right-aligned) into `target` without growing it."""
+    if len(shape) > len(target):
+        return False
+    return all(d in (1, t) for d, t in zip(reversed(shape), reversed(target)))
+
+
+def varies_along(shape, target, axis: int) -> bool:
+    """Whether a value of `shape`, broadcast into `target`, varies along target's `axis`."""
+    aligned = axis - (len(target) - len(shape))
+    return aligned >= 0 and shape[aligned] != 1
 
 
 def dim_declarations(symbols: list[str], source: str) -> list[str]:
@@ -438,6 +610,8 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
              # not thread_local: emulated CUDA kernels run in fibers whose thread-local storage is reset
              "static const char* last_error = \"\";",
              "static int seastar_fail(int code, const char* message) { last_error = message; return code; }", ""]
+    if any(n.op is Op.UNIFORM for sched in schedules.values() for n in sched.program.nodes):
+        parts += random_helpers(dialect)
     for name, sched in schedules.items():
         buffer_index = {b.key: k for k, b in enumerate(sched.buffers)}
         params = f"{name}_params"

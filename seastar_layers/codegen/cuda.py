@@ -20,6 +20,7 @@ SLOTS = 4  # register accumulators per lane in a blocked loop
 REPLICATE_LIMIT = 4  # elements of a value every lane computes whole
 SHARED_DEFAULT = 48 * 1024  # bytes of dynamic shared memory a block gets without opting in
 SHARED_LIMIT = 227 * 1024  # the most a block can opt into on sm_90
+GLOBAL_SCRATCH_BUDGET = 1 << 30  # bytes of global scratch for rows too wide for shared memory
 
 STORAGE = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 C_TYPES = {"float32": "float", "float64": "double"}
@@ -30,6 +31,7 @@ FLOAT_MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "fabs": "fabsf", "t
 class CudaDialect(Dialect):
     name = "cuda"
     file_suffix = ".cu"
+    inline_function = "static __host__ __device__ inline"
 
     def preamble(self, dtype: str) -> str:
         return '#include <algorithm>\n#include <cstdint>\n#include "seastar_cuda.h"\n'
@@ -65,8 +67,12 @@ class CudaDialect(Dialect):
                  "const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);",
                  "(void)lane; (void)group_mask;"]
         if uses_scratch:
+            # a row's values in the block's shared memory, or (rows too wide for it) in global memory
             lines += ["SEASTAR_DYNAMIC_SHARED(acc_t, shared);",
-                      "acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;"]
+                      "acc_t* __restrict__ scratch = p.scratch != nullptr",
+                      "    ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * "
+                      "p.scratch_per_row",
+                      "    : shared + (threadIdx.x / lanes) * p.scratch_per_row;"]
         return lines + [
             f"for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < {n_rows}; "
             "rr += groups) {",
@@ -109,11 +115,19 @@ class CudaDialect(Dialect):
     def sync(self) -> list[str]:
         return ["__syncwarp(group_mask);"]
 
-    def block_layout(self, size: str) -> BlockLayout:
-        return BlockLayout(f"((int64_t)lanes * {SLOTS})", SLOTS, [(None, str(SLOTS), None)],
+    def block_layout(self, shape: tuple, size: str) -> BlockLayout:
+        # lanes split the flat elements (f = f0 + lane + lanes * k): every value is computed per slot
+        # from its operands at the slot's coordinates, so lanes never wait for each other
+        coords = []
+        non_unit = [d for d, n in enumerate(shape) if n != 1]
+        for d, (extent, stride) in enumerate(zip(shape, strides(shape), strict=True)):
+            quotient = "f" if stride == 1 else f"(f / ({stride}))"
+            coords.append("0" if extent == 1 else quotient if d == non_unit[0] else f"({quotient} % ({extent}))")
+        return BlockLayout([f"for (int64_t f0 = 0; f0 < {size}; f0 += (int64_t)lanes * {SLOTS}) {{"], ["}"], SLOTS,
+                           [(None, str(SLOTS), None)],
                            ["#pragma unroll", "for (int k = 0; k < WIDTH; ++k) {",
                             "  const int64_t f = f0 + lane + (int64_t)lanes * k;", "  if (f < SIZE) {"],
-                           ["  }", "}"], "f")
+                           ["  }", "}"], coords, "f", non_unit[-1], None)
 
     def run_kernels(self, kernels: list, params: str) -> list[str]:
         lines = ["cudaStream_t st = (cudaStream_t)stream;"]
@@ -126,18 +140,26 @@ class CudaDialect(Dialect):
                 "  p.lanes = lanes;",
                 f"  p.scratch_per_row = {scratch};",
                 f"  const int64_t groups_per_block = {THREADS} / lanes;",
-                "  const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);",
-                f"  if (shared > {SHARED_LIMIT})",
-                "    return seastar_fail(-2, \"a row's values need more shared memory than a GPU block has; project the"
-                " features to fewer channels before the program\");",
-                f"  if (shared > {SHARED_DEFAULT}) cudaFuncSetAttribute({name}, "
-                "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);",
+                "  const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);",
+                "  int64_t shared = groups_per_block * row_bytes;",
                 f"  const int64_t rows = {n_rows};",
+                "  int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);",
+                "  p.scratch = nullptr;",
+                f"  if (shared > {SHARED_LIMIT}) {{",
+                "    // rows too wide for shared memory: scratch in global memory, for as many groups as",
+                f"    // {GLOBAL_SCRATCH_BUDGET >> 20} MiB hold (the groups take rows grid-stride)",
+                f"    blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, {GLOBAL_SCRATCH_BUDGET} / shared));",
+                "    if (rows > 0 &&",
+                "        cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)",
+                "      return seastar_fail(-1, \"out of GPU memory for the kernels' per-row scratch\");",
+                "    shared = 0;",
+                f"  }} else if (shared > {SHARED_DEFAULT}) {{",
+                f"    cudaFuncSetAttribute({name}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);",
+                "  }",
                 "  if (rows > 0) {",
-                "    const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, "
-                "1 << 20);",
                 f"    SEASTAR_LAUNCH({name}, (unsigned)blocks, {THREADS}, (size_t)shared, st)(p);",
                 "    const cudaError_t err = cudaGetLastError();",
+                "    if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);",
                 "    if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));",
                 "  }",
                 "}"]

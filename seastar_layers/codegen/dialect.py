@@ -46,20 +46,30 @@ class ElementLoop:
 @dataclass(frozen=True)
 class BlockLayout:
     """How a blocked edge loop (accumulators in registers, features outer, edges inner) maps the
-    features of one block to this lane's slots.
+    elements of the aggregations' shape to this lane's slots.
 
-    width: features per block (a C expression); slots: the register accumulators per lane;
-    variants: [(guard opening, slot count expression, guard closing)], the block rendered once per
-    variant (the CPU renders full blocks with a constant trip count and the tail separately);
-    slot_open/slot_close: around the body for slot k < WIDTH (the variant's count), which must define
-    `feature_var`, the feature index, and skip features at or past SIZE."""
+    open/close: the loops over blocks (each block is rendered inside them); slots: the register
+    accumulators per lane; variants: [(guard opening, slot count expression, guard closing)], the
+    block rendered once per variant (the CPU renders full blocks with a constant trip count and
+    the tail separately); slot_open/slot_close: around the body for slot k < WIDTH (the variant's
+    count), skipping elements at or past SIZE; slot_coords: a C expression per axis for slot k's
+    element; slot_flat: a variable holding its flat index, if the layout has one; vector_axis: the
+    axis slots run along; block_coords: coordinates of the block with the vector axis at 0, where
+    values constant along that axis are computed once per edge, or None to compute every value per
+    slot; first_block: a C condition true in the first block along the vector axis, where
+    aggregations constant along it accumulate (None: the layout cannot)."""
 
-    width: str
+    open: list[str]
+    close: list[str]
     slots: int
     variants: list[tuple[str | None, str, str | None]]
     slot_open: list[str]
     slot_close: list[str]
-    feature_var: str
+    slot_coords: list[str]
+    slot_flat: str | None
+    vector_axis: int
+    block_coords: list[str] | None
+    first_block: str | None = None
 
 
 class Dialect:
@@ -67,6 +77,7 @@ class Dialect:
 
     name = "abstract"
     file_suffix = ".cpp"
+    inline_function = "static inline"  # how helper functions kernels call are declared
 
     def preamble(self, dtype: str) -> str:
         """Includes and helpers before any program; dtype: the storage dtype name."""
@@ -120,7 +131,8 @@ class Dialect:
         """A barrier among the lanes of one row's group (none on the CPU)."""
         raise NotImplementedError
 
-    def block_layout(self, size: str) -> BlockLayout | None:
+    def block_layout(self, shape: tuple, size: str) -> BlockLayout:
+        """The layout of a blocked loop over aggregations of `shape` (`size` elements)."""
         raise NotImplementedError
 
     def simd(self) -> list[str]:

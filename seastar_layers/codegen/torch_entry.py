@@ -3,15 +3,16 @@
 An op family (OpFamily) is one vertex program with options. `torch.ops.seastar_layers.<name>`
 runs every specialisation of it and `<name>_backward` their backward:
 
-    name(Tensor[] graph, <required features>, <parameters>, Tensor? <optional feature>=None, ...)
-        -> (Tensor[] results, Tensor[] saved)
+    name(Tensor[] graph, <required features>, <parameters>, Tensor? <optional feature>=None, ...,
+         bool <switch>=False, ...) -> (Tensor[] results, Tensor[] saved)
     name_backward(Tensor[] graph, <the same>, Tensor[] saved, Tensor[] grads) -> Tensor[]
         (one gradient per tensor given, in schema order)
 
 `graph` is `Graph.tensors()`: the six CSR arrays, and on a GPU the two row orders. Parameters are
 0-d tensors of the compute dtype; an expression of parameters is computed by the caller, in
 torch, so that torch's autograd differentiates it. The entry point picks the kernel from what it
-is given: which optional features, their dtype and their shape pattern (variant_key).
+is given: which optional features and switches, and their dtype (variant_key); the programs declare
+their shapes, so the sizes are run-time values the entry point binds and checks.
 
 The extension seastar_layers._C gets, per family, a forward and a backward entry point taking
 at::Tensor arguments, a table of its kernel variants per device (the key that selects each, its
@@ -24,6 +25,7 @@ Python side of the ops (fake and autograd implementations) is runtime/library.py
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -43,30 +45,30 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16
                torch.bfloat16: "bfloat16"}
 
 
-def variant_key(dtype: torch.dtype, shapes: dict[str, tuple]) -> str:
-    """Names a specialisation of a family: the features' dtype and shape pattern, as
-    "float32|a_src:s0,1|x:s0,s1" (features by name; sizes after the rows). The C++ entry point
-    computes the same string (csrc/seastar_ops.h: variant_key) to find its kernel."""
-    from ..compiler import pattern_of
-
-    patterns, _ = pattern_of(shapes)
-    return "|".join([DTYPE_NAMES[dtype]] + [f"{name}:{','.join(map(str, patterns[name]))}" for name in sorted(shapes)])
+def variant_key(dtype: torch.dtype, options: Iterable[str]) -> str:
+    """Names a specialisation of a family: the features' dtype and the options it was given (optional
+    features, switches on), in schema order, as "float32|a_dst|mask|with_attention". The C++ entry
+    point computes the same string (csrc/seastar_ops.h: Call::select_variant) to find its kernel."""
+    return "".join([DTYPE_NAMES[dtype], *(f"|{option}" for option in options)])
 
 
 @dataclass(frozen=True)
 class OpFamily:
-    """A layer's vertex program, its options, and the example shapes its prebuilt kernels cover.
+    """A layer's vertex program and its options: one op.
 
     build(**flags, **params) returns the program for one set of options; an optional feature
-    given turns its flag on. examples() yields feature shapes (rows first) covering every shape
-    pattern the layers use."""
+    given turns its flag on, and a switch (a bool argument of the op, e.g. with_attention: an
+    extra result) is a flag by itself. The program declares its feature shapes (sl.compile's
+    shapes=), so one kernel per options and dtype serves every size. `example` gives a full shape
+    (rows first) per feature, for compiling: its sizes do not matter, only which rows it has."""
 
     build: Callable
     required: tuple[str, ...]
     optional: tuple[tuple[str, str], ...]  # (feature, the flag of `build` that reads it)
     params: tuple[str, ...]
-    examples: Callable[[], Iterable[dict[str, tuple]]]
-    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64)
+    example: dict[str, tuple]
+    switches: tuple[str, ...] = ()
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
     @property
     def name(self) -> str:
@@ -77,36 +79,63 @@ class OpFamily:
         """The op's tensor arguments after the graph, in schema order."""
         return self.required + self.params + tuple(feature for feature, _ in self.optional)
 
+    @property
+    def options(self) -> tuple[str, ...]:
+        """What selects a variant besides the dtype, in schema order."""
+        return tuple(feature for feature, _ in self.optional) + self.switches
+
     def schema(self) -> str:
         args = [f"Tensor {n}" for n in self.required + self.params] + [f"Tensor? {f}=None" for f, _ in self.optional]
+        args += [f"bool {s}=False" for s in self.switches]
         return f"{self.name}(Tensor[] graph, {', '.join(args)}) -> (Tensor[], Tensor[])"
 
     def backward_schema(self) -> str:
         args = [f"Tensor {n}" for n in self.required + self.params] + [f"Tensor? {f}" for f, _ in self.optional]
+        args += [f"bool {s}" for s in self.switches]
         return f"{self.name}_backward(Tensor[] graph, {', '.join(args)}, Tensor[] saved, Tensor[] grads) -> Tensor[]"
 
-    def program(self, present: Iterable[str], dtype: torch.dtype):
-        """The program for the optional features in `present` (parameters are placeholders: they are inputs)."""
-        flags = {flag: feature in present for feature, flag in self.optional}
+    def split(self, args) -> tuple[dict[str, Tensor], tuple[str, ...]]:
+        """The op's arguments after the graph as (tensors given by name, options on). The dispatcher
+        drops trailing arguments left at their default, so `args` may be short."""
+        args = list(args) + [None] * (len(self.arguments) + len(self.switches) - len(args))
+        tensors = {name: t for name, t in zip(self.arguments, args) if t is not None}
+        on = {s for s, flag in zip(self.switches, args[len(self.arguments):]) if flag}
+        return tensors, tuple(o for o in self.options if o in tensors or o in on)
+
+    def program(self, options: Iterable[str], dtype: torch.dtype):
+        """The program for these options (parameters are placeholders: the op takes them as inputs)."""
+        options = set(options)
+        flags = {flag: feature in options for feature, flag in self.optional}
+        flags.update((s, s in options) for s in self.switches)
         return self.build(**flags, **{p: torch.zeros((), dtype=COMPUTE_DTYPE[dtype]) for p in self.params})
 
+    def examples(self, options: Iterable[str], dtype: torch.dtype) -> dict[str, Tensor]:
+        names = self.required + tuple(feature for feature, _ in self.optional if feature in options)
+        return {n: torch.zeros(self.example[n], dtype=dtype) for n in names}
+
     def variants(self):
-        """(program, example features) for every specialisation the prebuilt extension holds."""
-        seen = set()
-        optional = [feature for feature, _ in self.optional]
+        """(options, dtype, program, example features) for every specialisation: each subset of
+        the options, in every dtype."""
         for dtype in self.dtypes:
-            for count in range(len(optional) + 1):
-                for present in itertools.combinations(optional, count):
-                    for shapes in self.examples():
-                        names = self.required + present
-                        key = variant_key(dtype, {n: shapes[n][1:] for n in names})
-                        if key not in seen:
-                            seen.add(key)
-                            yield self.program(present, dtype), {n: torch.zeros(shapes[n], dtype=dtype) for n in names}
+            for count in range(len(self.options) + 1):
+                for options in itertools.combinations(self.options, count):
+                    yield options, dtype, self.program(options, dtype), self.examples(options, dtype)
 
     def __call__(self, graph, **tensors) -> list[Tensor]:
-        """The program's results on `graph` (a seastar_layers.Graph) for these features and parameters."""
+        """The program's results on `graph` (a seastar_layers.Graph) for these features, parameters
+        and switches."""
         return library.call(self, graph, **tensors)
+
+
+def dim_names(program, features: dict[str, Tensor]) -> list[str]:
+    """The declared names of the program's run-time sizes s0, s1, ... for these features."""
+    specs, _ = program.specs(features)
+    names = {}
+    for feature, spec in specs.items():
+        for symbol, name in zip(spec.shape, program.shapes[feature]):
+            if is_symbol(symbol):
+                names[int(symbol[1:])] = name
+    return [names[k] for k in range(len(names))]
 
 
 def cpp_bool(value: bool) -> str:
@@ -123,8 +152,8 @@ def cpp_shape(buf: Buffer) -> str:
 class VariantRenderer:
     """The C++ tables of one compiled specialisation (its `generated` forward and backward)."""
 
-    def __init__(self, family, key: str, generated):
-        self.family, self.key, self.g = family, key, generated
+    def __init__(self, family, key: str, generated, dims: list[str]):
+        self.family, self.key, self.g, self.dims = family, key, generated, dims
         self.results = [b.key for b in generated.forward.buffers if b.role is Role.OUTPUT]
         self.saved = [b.key for b in generated.forward.buffers if b.role is Role.SAVED]
 
@@ -160,8 +189,11 @@ class VariantRenderer:
         return "\n".join([f"const seastar::Buffer {self.g.key}{name}_buffers[] = {{", *lines, "};"])
 
     def tables(self) -> str:
+        # const char* const p1234_dims[] = {"heads", "channels"};
+        names = ", ".join(json.dumps(d) for d in self.dims) or "nullptr"
         return "\n".join([f"// {self.family.name} {self.key}", self.buffers("forward", self.g.forward),
-                          self.buffers("backward", self.g.backward)])
+                          self.buffers("backward", self.g.backward),
+                          f"const char* const {self.g.key}dims[] = {{{names}}};"])
 
     def program(self, name: str, sched: Schedule) -> str:
         k = self.g.key
@@ -169,9 +201,10 @@ class VariantRenderer:
         return f"{{seastar_{k}{name}, seastar_{k}last_error, {k}{name}_buffers, {len(sched.buffers)}}}"
 
     def entry(self) -> str:
-        # {"float32|a_src:1,1|x:1,1", {...forward...}, {...backward...}, 1, 2},
+        # {"float32|a_dst", {...forward...}, {...backward...}, 1, 2, p1234_dims, 2},
         return (f'  {{"{self.key}", {self.program("forward", self.g.forward)}, '
-                f'{self.program("backward", self.g.backward)}, {len(self.results)}, {len(self.saved)}}},')
+                f'{self.program("backward", self.g.backward)}, {len(self.results)}, {len(self.saved)}, '
+                f'{self.g.key}dims, {len(self.dims)}}},')
 
     def declarations(self) -> list[str]:
         k = self.g.key
@@ -187,13 +220,14 @@ def cpp_parameters(family) -> str:
     # const at::Tensor& a_src, const at::Tensor& slope, const std::optional<at::Tensor>& a_dst
     params = [f"const at::Tensor& {n}" for n in family.required + family.params]
     params += [f"const std::optional<at::Tensor>& {f}" for f, _ in family.optional]
+    params += [f"bool {s}" for s in family.switches]
     return ", ".join(params)
 
 
 def cpp_arguments(family) -> str:
-    # {&a_src, &slope, seastar::given(a_dst)}
-    return "{" + ", ".join([f"&{n}" for n in family.required + family.params] +
-                           [f"seastar::given({f})" for f, _ in family.optional]) + "}"
+    # {&a_src, &slope, seastar::given(a_dst)}, {with_attention}
+    tensors = [f"&{n}" for n in family.required + family.params] + [f"seastar::given({f})" for f, _ in family.optional]
+    return "{" + ", ".join(tensors) + "}, {" + ", ".join(family.switches) + "}"
 
 
 def render_family(family, tables: dict[str, list[VariantRenderer]]) -> str:
@@ -201,32 +235,36 @@ def render_family(family, tables: dict[str, list[VariantRenderer]]) -> str:
     parts = [variant.tables() for renderers in tables.values() for variant in renderers]
     for target, renderers in tables.items():
         # const seastar::Variant gat_attention_cpu[] = {
-        #   {"float32|a_src:1,1|x:1,1", {...}, {...}, 1, 2},
+        #   {"float32|a_dst", {...}, {...}, 1, 2, p1234_dims, 2},
         # };
         parts.append("\n".join([f"const seastar::Variant {n}_{target}[] = {{", *[v.entry() for v in renderers], "};"]))
     names = ", ".join(f'"{a}"' for a in family.arguments)
     is_feature = ", ".join(cpp_bool(a not in family.params) for a in family.arguments)
+    switches = ", ".join(f'"{s}"' for s in family.switches) or "nullptr"
 
     def table(target: str) -> str:
         return f"{n}_{target}, {len(tables[target])}" if tables.get(target) else "nullptr, 0"
 
     # const char* const gat_attention_arguments[] = {"a_src", "x", "slope", "a_dst"};
     # const bool gat_attention_is_feature[] = {true, true, false, true};
+    # const char* const gat_attention_switches[] = {"with_attention"};
     # const seastar::Family gat_attention_family = {"seastar_layers::gat_attention", gat_attention_arguments,
-    #                                               gat_attention_is_feature, 4, gat_attention_cpu, 80, nullptr, 0};
+    #     gat_attention_is_feature, 6, 3, gat_attention_switches, 1, gat_attention_cpu, 64, nullptr, 0};
     parts.append(f"const char* const {n}_arguments[] = {{{names}}};\n"
                  f"const bool {n}_is_feature[] = {{{is_feature}}};\n"
+                 f"const char* const {n}_switches[] = {{{switches}}};\n"
                  f'const seastar::Family {n}_family = {{"seastar_layers::{n}", {n}_arguments, {n}_is_feature, '
-                 f"{len(family.arguments)}, {table('cpu')}, {table('cuda')}}};")
+                 f"{len(family.arguments)}, {len(family.required + family.params)}, {n}_switches, "
+                 f"{len(family.switches)}, {table('cpu')}, {table('cuda')}}};")
     # std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>> gat_attention(at::TensorList graph, <parameters>) {
-    #   return seastar::Call(gat_attention_family, graph, {&a_src, ...}).forward();
+    #   return seastar::Call(gat_attention_family, graph, {&a_src, ...}, {with_attention}).forward();
     # }
     parts.append(f"std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>> {n}(at::TensorList graph, "
                  f"{cpp_parameters(family)}) {{\n"
                  f"  return seastar::Call({n}_family, graph, {cpp_arguments(family)}).forward();\n}}")
     # std::vector<at::Tensor> gat_attention_backward(at::TensorList graph, <parameters>, at::TensorList saved,
     #                                                at::TensorList grads) {
-    #   return seastar::Call(gat_attention_family, graph, {&a_src, ...}).backward(saved, grads);
+    #   return seastar::Call(gat_attention_family, graph, {&a_src, ...}, {with_attention}).backward(saved, grads);
     # }
     parts.append(f"std::vector<at::Tensor> {n}_backward(at::TensorList graph, {cpp_parameters(family)}, "
                  f"at::TensorList saved, at::TensorList grads) {{\n"
@@ -236,12 +274,14 @@ def render_family(family, tables: dict[str, list[VariantRenderer]]) -> str:
 
 def render_registration(compiled: dict[str, list[tuple]]) -> str:
     """The extension's registration file. compiled: per target ("cpu", "cuda"), a list of
-    (family, variant key, generated program) for every kernel compiled into the extension."""
+    (family, variant key, generated program, names of its run-time sizes) for every kernel compiled
+    into the extension."""
     families, tables = {}, {}
     for target, variants in compiled.items():
-        for family, key, generated in variants:
+        for family, key, generated, dims in variants:
             families.setdefault(family.name, family)
-            tables.setdefault(family.name, {}).setdefault(target, []).append(VariantRenderer(family, key, generated))
+            tables.setdefault(family.name, {}).setdefault(target, []).append(
+                VariantRenderer(family, key, generated, dims))
     declarations = [line for per_target in tables.values() for renderers in per_target.values()
                     for variant in renderers for line in variant.declarations()]
     bodies = [render_family(families[name], tables[name]) for name in families]

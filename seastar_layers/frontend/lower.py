@@ -20,11 +20,12 @@ import torch.nn as nn
 
 from ..errors import IRError
 from ..ir import Builder, Op, Space
-from ..ir.ops import OPS, OpDef
+from ..ir.ops import OPS, Kind, OpDef
 from ..ir.program import BufferKey, Program, Role, normalize_axes
 from .source import Source, get_source
 
 DEGREE = BufferKey(Role.DEGREE, "in_degree", Space.DST)  # len(v.innbs): the runtime passes the in-degrees
+SEED = BufferKey(Role.SEED, "seed", Space.PARAM)  # keys torch.rand_like: the runtime draws it per call
 
 
 # abstract values -------------------------------------------------------------------------------
@@ -610,8 +611,21 @@ class Lowering(ast.NodeVisitor):
 
     def apply(self, d: OpDef, values: list, bound: dict, name: str):
         """An op spelled as a function or method: operands first, then number-valued attributes."""
+        if d.kind == Kind.RANDOM:
+            return self.random(d, values[0], name)
         attrs = {attr: float(self.number(bound[param], param)) for param, attr in d.attr_params.items()}
         return self.elementwise(d.op, values[:d.arity], **attrs)
+
+    def random(self, d: OpDef, like, name: str):
+        """rand_like(x): uniform in [0, 1) of x's shape, fresh per edge inside a comprehension over the
+        neighbourhood, else per vertex; every call is its own draw, as in Python."""
+        if not isinstance(like, Value):
+            raise IRError(f"{name} takes a tensor whose shape it copies, got {self.describe(like)}")
+        self.ctx.draws += 1
+        space = Space.EDGE if self.in_hood else Space.DST
+        seed = self.b.input(SEED, ())
+        return Value(self.b.emit(d.op, (seed,), space=space.value, shape=self.b.node(like.id).shape,
+                                 draw=self.ctx.draws))
 
     def call_module(self, module, name, args, kwargs):
         kind = type(module)
@@ -701,6 +715,7 @@ class Context:
     features: dict = field(default_factory=dict)
     params: dict = field(default_factory=dict)
     facts: list = field(default_factory=list)
+    draws: int = 0  # random draws so far (each rand_like call is a distinct stream)
 
 
 def lower(fn, specs: dict[str, FeatureSpec]) -> Lowered:

@@ -87,6 +87,7 @@ class Op(enum.Enum):
     AGG_SUM = "agg_sum"
     AGG_MAX = "agg_max"
     AGG_MIN = "agg_min"
+    UNIFORM = "uniform"
 
     def __repr__(self) -> str:
         return self.name
@@ -102,6 +103,7 @@ class Kind:
     REDUCE = "reduce"  # over feature axes of one value
     SHAPE = "shape"  # reshape, broadcast: no arithmetic
     AGGREGATION = "aggregation"  # over a neighbourhood: edge values -> one per row
+    RANDOM = "random"  # counter-based random numbers: a function of a seed, the row or edge, the element
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ class OpDef:
     torch: Callable | None = None  # on tensors: hoisted parameter expressions, constant folding
     grad: Callable | None = None  # reverse-mode rule: d -> one contribution (or None) per operand
     # how it renders ----------------------------------------------------------------------------
-    c: str | None = None  # C expression in acc_t
+    c: str | None = None  # C expression in acc_t ({row} and {element} name the value's row and flat element)
     start: float | None = None  # aggregations: the accumulator's start (and the value over no edges)
     update: str | None = None  # aggregations: C statement folding {x} into {acc}
 
@@ -281,6 +283,13 @@ define(Op.AGG_MAX, Kind.AGGREGATION, 1, attrs=("to", "stop_gradient"), start=-ma
        update="{acc} = ({x} > {acc} || {x} != {x}) ? {x} : {acc};", grad=_agg_extremum_grad)
 define(Op.AGG_MIN, Kind.AGGREGATION, 1, attrs=("to", "stop_gradient"), start=math.inf,
        update="{acc} = ({x} < {acc} || {x} != {x}) ? {x} : {acc};", grad=_agg_extremum_grad)
+
+# Counter-based randomness: a draw is a hash of (seed, edge or row id, element), so no mask is stored
+# and the backward regenerates exactly what the forward drew. The seed is a program input the
+# runtime draws from torch's generator per call (reproducible under torch.manual_seed).
+define(Op.UNIFORM, Kind.RANDOM, 1, attrs=("space", "shape", "draw"), functions=(torch.rand_like,), params=("input",),
+       c="seastar_uniform((uint64_t){0}, {draw}u, (uint64_t)({row}), (uint64_t)({element}))",
+       grad=lambda d: [None])
 
 del _op, _ast, _fn, _c
 

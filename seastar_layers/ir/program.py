@@ -48,6 +48,7 @@ class Role(enum.Enum):
     SAVED = "saved"  # a forward value the backward reads instead of recomputing it
     ADJOINT = "adjoint"  # the gradient arriving at a forward output (a backward input)
     GRADIENT = "gradient"  # the gradient of a forward input (a backward output)
+    SEED = "seed"  # an int64 the runtime draws per call, keying the program's random numbers
     TEMP = "temp"  # a value passed between the kernels of one program
 
 
@@ -158,6 +159,8 @@ def infer(op: Op, args: list[Node], attrs: dict) -> tuple[Space, Shape]:
         return x.space, tuple(attrs["shape"])
     if kind == Kind.AGGREGATION:
         return Space(attrs["to"]), x.shape
+    if kind == Kind.RANDOM:
+        return Space(attrs["space"]), tuple(attrs["shape"])
     raise IRError(f"no shape rule for {op.name}")
 
 

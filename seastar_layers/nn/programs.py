@@ -1,10 +1,11 @@
 """The vertex programs behind the prebuilt layers: everything that touches edges, in one sweep.
 
 Hyperparameters that vary per layer (negative slope, teleport probability) are closed-over 0-d
-tensors and feature sizes are run-time (generic_shapes), so one compiled kernel serves every
-layer configuration; options that change the program's shape (destination scores, edge scores,
-attention dropout, edge weights) are closed-over booleans read by compile-time conditionals, one
-specialisation each. `prebuilt_variants` lists them all for setup.py.
+tensors and feature sizes are run-time (declared shapes with named sizes), so one compiled kernel
+serves every layer configuration, heads and channels of any size, 1 included; options that change
+the program's shape (destination scores, edge scores, attention dropout, edge weights, attention
+weights as a result) are closed-over booleans read by compile-time conditionals, one
+specialisation each. `prebuilt_variants` lists them all, in every dtype, for setup.py.
 """
 from __future__ import annotations
 
@@ -15,33 +16,58 @@ from ..codegen.torch_entry import OpFamily
 from ..runtime import library
 
 
+DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+GAT_SHAPES = {"a_src": ("heads", 1), "a_dst": ("heads", 1), "a_edge": ("heads", 1), "mask": ("heads", 1),
+              "x": ("heads", "channels")}
+SUM_SHAPES = {"x": ("channels",), "h": ("channels",), "w": ()}
+
+
 def check_features(layer: str, x) -> None:
     """Layers take what their kernels are built for; say so in the layer's terms."""
     for t in x if isinstance(x, (tuple, list)) else (x,):
-        if t is not None and t.dtype not in (torch.float32, torch.float64):
-            raise TypeError(f"seastar_layers {layer} supports float32 and float64 node features, got {t.dtype}; "
-                            "convert them (x.float()) or use the stock layer for this precision")
+        if t is not None and t.dtype not in DTYPES:
+            raise TypeError(f"seastar_layers {layer} supports float32, float64, float16 and bfloat16 node features, "
+                            f"got {t.dtype}; convert them (x.float()) or use the stock layer for this type")
 
 
-def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: torch.Tensor) -> CompiledProgram:
-    """out_v = sum_e softmax_v(leaky_relu(a_src[u] + a_dst[v] + a_edge[e])) * mask[e] * x[u]."""
+def _declared(names, table: dict) -> dict:
+    return {name: table[name] for name in names}
+
+
+def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: torch.Tensor,
+                  with_attention: bool = False) -> CompiledProgram:
+    """out_v = sum_e alpha[e] * x[u], alpha[e] = softmax_v(leaky_relu(a_src[u] + a_dst[v] + a_edge[e])) * mask[e].
+
+    with_attention also returns alpha, one (heads, 1) row per edge in edge order: the attention
+    the libraries return, after dropout (the mask). Without it the program is the plain one."""
 
     def gat_attention(v):
         logits = [e.src.a_src + (v.a_dst if with_dst else 0) + (e.a_edge if with_edge else 0) for e in v.inedges]
         weights = [torch.exp(torch.where(s > 0, s, s * slope)) for s in logits]
         total = sum(weights)
-        return sum(w / total * (e.mask if with_dropout else 1) * e.src.x for w, e in zip(weights, v.inedges))
+        kept = [w * (e.mask if with_dropout else 1) for w, e in zip(weights, v.inedges)]
+        # normalised once per row, not per edge: the backward then finds sum_e alpha_e (g . x_u) from
+        # the saved weighted sum at the row, instead of sweeping the edges for it (rows without
+        # in-edges take the untaken branch: PyG's 0)
+        out = torch.where(len(v.innbs) > 0, sum(k * e.src.x for k, e in zip(kept, v.inedges)) / total, 0)
+        alpha = [k / total for k in kept]
+        return (out, alpha) if with_attention else out
 
-    return compile(gat_attention, generic_shapes=True)
+    names = ["a_src", "x"] + ["a_dst"] * with_dst + ["a_edge"] * with_edge + ["mask"] * with_dropout
+    return compile(gat_attention, shapes=_declared(names, GAT_SHAPES))
 
 
-def weighted_sum(with_weight: bool) -> CompiledProgram:
-    """out_v = sum_e w[e] * x[u]: GCN's propagation (w = 1 without weights)."""
+def weighted_sum(with_weight: bool, declared: bool = True) -> CompiledProgram:
+    """out_v = sum_e w[e] * x[u]: GCN's propagation (w = 1 without weights). The prebuilt kernel takes
+    one weight per edge and x of shape (N, F); declared=False serves weights of other shapes
+    (broadcasting against x), compiled on first use."""
 
     def weighted_sum(v):
         return sum((e.w if with_weight else 1) * e.src.x for e in v.inedges)
 
-    return compile(weighted_sum, generic_shapes=True)
+    if not declared:
+        return compile(weighted_sum, generic_shapes=True)
+    return compile(weighted_sum, shapes=_declared(["x"] + ["w"] * with_weight, SUM_SHAPES))
 
 
 def appnp_step(with_weight: bool, alpha: torch.Tensor, keep: torch.Tensor) -> CompiledProgram:
@@ -51,37 +77,28 @@ def appnp_step(with_weight: bool, alpha: torch.Tensor, keep: torch.Tensor) -> Co
     def appnp_step(v):
         return keep * sum((e.w if with_weight else 1) * e.src.x for e in v.inedges) + alpha * v.h
 
-    return compile(appnp_step, generic_shapes=True)
+    return compile(appnp_step, shapes=_declared(["x", "h"] + ["w"] * with_weight, SUM_SHAPES))
 
 
-# The sizes in the examples stand for their shape pattern only: a size of 1, or a size equal to
-# another, gives a different pattern, so each pattern of heads / channels appears once.
+# one full shape (rows first) per feature, for compiling: the shapes are declared, so only which
+# rows a feature has matters (3 vertices, 4 edges)
 N, E = 3, 4
-
-
-def _gat_shapes():
-    for heads, channels in [(1, 1), (1, 2), (2, 1), (2, 2), (2, 3)]:
-        yield {"a_src": (N, heads, 1), "x": (N, heads, channels), "a_dst": (N, heads, 1), "a_edge": (E, heads, 1),
-               "mask": (E, heads, 1)}
-
-
-def _sum_shapes():
-    for width in (1, 2):
-        for weight in [(E,), (E, 1)]:
-            yield {"x": (N, width), "h": (N, width), "w": weight}
-
-
-GAT_ATTENTION = OpFamily(gat_attention, required=("a_src", "x"), params=("slope",), examples=_gat_shapes,
-                         optional=(("a_dst", "with_dst"), ("a_edge", "with_edge"), ("mask", "with_dropout")))
+GAT_ATTENTION = OpFamily(gat_attention, required=("a_src", "x"), params=("slope",),
+                         optional=(("a_dst", "with_dst"), ("a_edge", "with_edge"), ("mask", "with_dropout")),
+                         switches=("with_attention",),
+                         example={"a_src": (N, 2, 1), "x": (N, 2, 3), "a_dst": (N, 2, 1), "a_edge": (E, 2, 1),
+                                  "mask": (E, 2, 1)})
 WEIGHTED_SUM = OpFamily(weighted_sum, required=("x",), params=(), optional=(("w", "with_weight"),),
-                        examples=_sum_shapes)
+                        example={"x": (N, 3), "w": (E,)})
 APPNP_STEP = OpFamily(appnp_step, required=("x", "h"), params=("alpha", "keep"), optional=(("w", "with_weight"),),
-                      examples=_sum_shapes)
+                      example={"x": (N, 3), "h": (N, 3), "w": (E,)})
 FAMILIES = (GAT_ATTENTION, WEIGHTED_SUM, APPNP_STEP)
 library.register(FAMILIES)
 
 
 def prebuilt_variants():
-    """(program, example features) for every specialisation the layers can ask for."""
+    """(program, example features) for every specialisation the layers can ask for: every option, in
+    every dtype (the shapes are declared, so the example sizes do not matter)."""
     for family in FAMILIES:
-        yield from family.variants()
+        for _, _, program, features in family.variants():
+            yield program, features

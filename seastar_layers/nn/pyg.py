@@ -16,7 +16,9 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
-from torch_geometric.utils import scatter
+from torch_geometric.typing import torch_sparse
+from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops, scatter
+from torch_geometric.utils.sparse import set_sparse_value
 
 from ..graph import Graph, as_graph, graph_tensors
 from ..runtime import library
@@ -61,7 +63,8 @@ def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int, inpu
         return None
     shape = [1] * message_dims
     shape[layer.node_dim] = input_edges
-    ones = torch.ones(shape, dtype=layer._edge_mask.dtype if layer._edge_mask is not None else torch.float32)
+    ones = torch.ones(shape, dtype=layer._edge_mask.dtype if layer._edge_mask is not None else torch.float32,
+                      device=graph.device)
     factor = layer.explain_message(ones, graph.num_dst).reshape(input_edges)
     return torch.cat([factor, factor.new_ones(graph.num_edges - input_edges)])
 
@@ -191,13 +194,20 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
 
     def _eager(self, x, edge_index, edge_attr, size, return_attention_weights):
         unfused = _unfused_reason(self)
-        if unfused is None and return_attention_weights is not None:
-            unfused = "return_attention_weights"
         if unfused is not None:
             _warn_once("GATConv", unfused)
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
         if type(edge_index).__name__ == "SparseTensor" and self.add_self_loops and self.edge_dim is not None:
             return super().forward(x, edge_index, edge_attr, size)  # PyG raises its own NotImplementedError
+        if is_torch_sparse_tensor(edge_index) and self.add_self_loops and edge_attr is not None:
+            raise ValueError("GATConv cannot add self-loops to a torch sparse adjacency together with 'edge_attr' "
+                             "(PyG's GATConv refuses it too: its remove_self_loops asserts edge_attr is None); pass "
+                             "an edge_index tensor, or add the self-loops and their features yourself and construct "
+                             "the layer with add_self_loops=False")
+        if return_attention_weights and is_torch_sparse_tensor(edge_index) and \
+                edge_index.layout not in (torch.sparse_coo, torch.sparse_csr):
+            raise ValueError(f"GATConv returns attention weights on a torch sparse adjacency in COO or CSR layout, got "
+                             f"{edge_index.layout} (PyG's GATConv refuses it too); pass adj_t.to_sparse_csr()")
         programs.check_features("GATConv", x)
         library.require()
         x_src, x_dst, res = self._project(x)
@@ -211,15 +221,23 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         graph = _message_graph(self, edge_index, lambda: self._slots(plain, loops), (x_src.size(0), num_dst), key)
         edge_attr = self._with_loop_attr(edge_attr, plain, loops)
         H = self.heads
-        mask = None
+        dropout = None
         if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
-            mask = _edge_dropout(x_src.new_ones(graph.num_edges, H, 1), self.dropout, graph.listed)
+            dropout = _edge_dropout(x_src.new_ones(graph.num_edges, H, 1), self.dropout, graph.listed)
         explained = _explain_factor(self, graph, 3, plain.size(1))
+        message_mask = dropout
         if explained is not None:
             explained = explained.to(x_src.dtype).view(-1, 1, 1)
-            mask = explained.expand(graph.num_edges, H, 1) if mask is None else mask * explained
+            message_mask = explained.expand(graph.num_edges, H, 1) if dropout is None else dropout * explained
         graph_tensors = graph.tensors(with_orders=graph.device.type == "cuda")
-        return self._attend(graph_tensors, x_src, x_dst, res, edge_attr, mask)
+        if not return_attention_weights:
+            return self._attend(graph_tensors, x_src, x_dst, res, edge_attr, message_mask, False)[0]
+        # PyG returns the attention after dropout; its explain mask scales the messages only
+        out, alpha = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, dropout, True)
+        if explained is not None:
+            out = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, message_mask, False)[0]
+        edges = _gat_self_loops(edge_index, loops) if self.add_self_loops else edge_index
+        return out, _attention_weights(edges, _in_pyg_order(alpha.view(-1, H), graph, _is_sparse(edge_index)))
 
     def _scripted(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
                   edge_attr: Optional[Tensor], size: Optional[Tuple[int, int]],
@@ -242,7 +260,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         if self.training and self.dropout > 0:
             mask = _edge_dropout(torch.ones(graph[1].numel(), self.heads, 1, dtype=x_src.dtype, device=x_src.device),
                                  self.dropout, listed)
-        return self._attend(graph, x_src, x_dst, res, edge_attr, mask)
+        return self._attend(graph, x_src, x_dst, res, edge_attr, mask, False)[0]
 
     def _project(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]]
                  ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
@@ -292,9 +310,10 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         return torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
 
     def _attend(self, graph: List[Tensor], x_src: Tensor, x_dst: Optional[Tensor], res: Optional[Tensor],
-                edge_attr: Optional[Tensor], mask: Optional[Tensor]) -> Tensor:
+                edge_attr: Optional[Tensor], mask: Optional[Tensor],
+                with_attention: bool) -> Tuple[Tensor, Optional[Tensor]]:
         """Attention and aggregation in one op over the message graph's tensors, then PyG's head
-        merge, residual and bias."""
+        merge, residual and bias; with_attention, also the attention per edge slot."""
         H, C = self.heads, self.out_channels
         a_src = (x_src * self.att_src).sum(-1, keepdim=True)
         a_dst: Optional[Tensor] = None
@@ -304,16 +323,24 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         if edge_attr is not None and self.lin_edge is not None:
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
             a_edge = (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(-1, keepdim=True)
+        # one dtype for the kernel: under autocast the scores come out float32 beside half features
+        a_src = a_src.to(x_src.dtype)
+        if a_dst is not None:
+            a_dst = a_dst.to(x_src.dtype)
+        if a_edge is not None:
+            a_edge = a_edge.to(x_src.dtype)
         if mask is not None:
-            mask = mask.contiguous()
-        slope = torch.full((), self.negative_slope, dtype=x_src.dtype, device=x_src.device)
-        out = torch.ops.seastar_layers.gat_attention(graph, a_src, x_src, slope, a_dst, a_edge, mask)[0][0]
+            mask = mask.to(x_src.dtype).contiguous()
+        slope = torch.full((), self.negative_slope, dtype=_compute_dtype(x_src.dtype), device=x_src.device)
+        results = torch.ops.seastar_layers.gat_attention(graph, a_src, x_src, slope, a_dst, a_edge, mask,
+                                                         with_attention)[0]
+        out = results[0]
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
         if self.bias is not None:
             out = out + self.bias
-        return out
+        return out, (results[1] if with_attention else None)
 
     def __prepare_scriptable__(self):
         _not_scriptable(self, "GATConv")
@@ -334,6 +361,43 @@ def _loop_attr(edge_attr: Tensor, plain: Tensor, loops: int,
         return (fill if fill.dim() == edge_attr.dim() else fill.unsqueeze(0)).expand(shape).contiguous()
     kept = (plain[0] != plain[1]) & (plain[1] < loops)
     return scatter(edge_attr, torch.where(kept, plain[1], loops), 0, loops + 1, fill_value)[:loops]
+
+
+def _gat_self_loops(edge_index, num_nodes: int):
+    """The adjacency GATConv propagates over, made as PyG makes it from any kind of adjacency, so its
+    edges come in PyG's order: self-loops removed, then one added per vertex (set on the diagonal
+    of a SparseTensor)."""
+    if type(edge_index).__name__ == "SparseTensor":
+        return torch_sparse.set_diag(edge_index)
+    edge_index, _ = remove_self_loops(edge_index)
+    return add_self_loops(edge_index, num_nodes=num_nodes)[0]
+
+
+def _attention_weights(edges, alpha: Tensor):
+    """(E, heads) attention on the propagated edges, in the form PyG's GATConv returns it for that
+    kind of adjacency."""
+    if type(edges).__name__ == "SparseTensor":
+        return edges.set_value(alpha, layout="coo")
+    if is_torch_sparse_tensor(edges):  # alpha is in row-major order, as _edge_list reads a sparse adjacency
+        return set_sparse_value(edges.coalesce() if edges.layout == torch.sparse_coo else edges, alpha), alpha
+    return edges, alpha
+
+
+def _in_pyg_order(alpha: Tensor, graph: Graph, sparse: bool) -> Tensor:
+    """Per-slot attention (nn/edges.py) in the order of the edges PyG's GATConv returns: the slots
+    it keeps, in order; of a sparse adjacency, row-major (its rows are the receivers)."""
+    if graph.listed is None:
+        return alpha
+    kept = graph.listed.nonzero().view(-1)
+    if sparse:
+        src, dst = graph.endpoints()
+        kept = kept[torch.argsort(dst[kept] * graph.num_src + src[kept], stable=True)]
+    return alpha[kept]
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels compute in and take parameters in (float32 for half features)."""
+    return torch.float32 if dtype == torch.float16 or dtype == torch.bfloat16 else dtype
 
 
 def _num_vertices(name: str, node_dim: int, x: Tensor) -> int:
@@ -488,7 +552,7 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
                listed: Optional[Tensor]) -> Tensor:
         """K steps of out = keep * sum_e w[e] * out[u] + alpha * h, each one op, with fresh edge dropout."""
         rows, features, axis = _to_rows(x, self.node_dim)
-        alpha = torch.full((), self.alpha, dtype=x.dtype, device=x.device)
+        alpha = torch.full((), self.alpha, dtype=_compute_dtype(x.dtype), device=x.device)
         keep = 1 - alpha
         out = rows
         for _ in range(self.K):

@@ -37,6 +37,13 @@ class Buffer:
         return self.key.bucket or self.key.space
 
     @property
+    def c_type(self) -> str:
+        """The element type kernels see: the features' storage type, the compute type, or int64."""
+        if self.role is Role.SEED:
+            return "int64_t"
+        return "acc_t" if self.in_compute_type else "scalar_t"
+
+    @property
     def in_compute_type(self) -> bool:
         """Held in the kernel's compute type rather than the features' storage type."""
         return self.role in ACCUMULATOR_ROLES or (self.role is Role.GRADIENT and self.key.space is Space.PARAM)

@@ -53,6 +53,8 @@ def buffer_shape(buf: Buffer, sizes, dims=()) -> tuple[int, ...]:
 
 
 def buffer_dtype(buf: Buffer, dtype: torch.dtype) -> torch.dtype:
+    if buf.c_type == "int64_t":
+        return torch.int64
     return COMPUTE_DTYPE[dtype] if buf.in_compute_type else dtype
 
 

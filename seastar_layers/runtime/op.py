@@ -102,6 +102,8 @@ def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: tor
 
 def _gradient(buf: Buffer, outs: dict, available: set, like: Tensor) -> Tensor:
     """The gradient of one forward input from the backward program's outputs."""
+    if buf.role is Role.SEED:
+        return torch.zeros_like(like)  # an integer input: no gradient (autograd ignores it)
     if buf.role is not Role.PARAM:
         key = gradient_key(buf.key)
         return outs[key] if key in available else torch.zeros_like(like)

@@ -34,54 +34,29 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:y@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
-  (void)b0; (void)b1; (void)b2; (void)b3;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v3 = b2 + r * 6;
     acc_t v5[6];
-    for (int64_t f0 = 0; f0 < 6; f0 += 16) {
-      if (f0 + 16 <= 6) {
-        acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + eid * 6;
-          const scalar_t* v1 = b1 + nbr * 6;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e2 = (v0[f] * v1[f]);
-            const acc_t e4 = (e2 + v3[f]);
-            acc5[k] += e4;
-          }
-        }
+    for (int64_t c0 = 0; c0 < 6; c0 += 16) {
+      acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + eid * 6;
+        const scalar_t* v1 = b1 + nbr * 6;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v5[f] = acc5[k];
+        for (int k = 0; k < 6; ++k) {
+          const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
+          const acc_t e4 = (e2 + v3[(c0 + k)]);
+          acc5[k] += e4;
         }
-      } else {
-        acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + eid * 6;
-          const scalar_t* v1 = b1 + nbr * 6;
-          #pragma omp simd
-          for (int k = 0; k < (int)((6) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e2 = (v0[f] * v1[f]);
-            const acc_t e4 = (e2 + v3[f]);
-            acc5[k] += e4;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((6) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v5[f] = acc5[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 6; ++k) {
+        v5[(c0 + k)] = acc5[k];
       }
     }
     for (int64_t i0 = 0; i0 < 6; ++i0) {
@@ -134,11 +109,8 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:w@edge
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
-  scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
   scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -177,56 +149,29 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   const int64_t* __restrict__ order = p.graph[7];
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:w@edge
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
-  scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t v6[6];
-    for (int64_t f0 = 0; f0 < 6; f0 += 16) {
-      if (f0 + 16 <= 6) {
-        acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 6;
-          const scalar_t* v4 = b2 + eid * 6;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e5 = (v0[f] * v4[f]);
-            acc6[k] += e5;
-          }
-        }
+    for (int64_t c0 = 0; c0 < 6; c0 += 16) {
+      acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 6;
+        const scalar_t* v4 = b2 + eid * 6;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v6[f] = acc6[k];
+        for (int k = 0; k < 6; ++k) {
+          const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
+          acc6[k] += e5;
         }
-      } else {
-        acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 6;
-          const scalar_t* v4 = b2 + eid * 6;
-          #pragma omp simd
-          for (int k = 0; k < (int)((6) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e5 = (v0[f] * v4[f]);
-            acc6[k] += e5;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((6) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v6[f] = acc6[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 6; ++k) {
+        v6[(c0 + k)] = acc6[k];
       }
     }
     for (int64_t i0 = 0; i0 < 6; ++i0) {

@@ -36,52 +36,28 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 4;
     acc_t v4[4];
-    for (int64_t f0 = 0; f0 < 4; f0 += 16) {
-      if (f0 + 16 <= 4) {
-        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e2 = (v0[f] + v1[f]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
+    for (int64_t c0 = 0; c0 < 4; c0 += 16) {
+      acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 4;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v4[f] = acc4[k];
+        for (int k = 0; k < 4; ++k) {
+          const acc_t e2 = (v0[(c0 + k)] + v1[(c0 + k)]);
+          const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+          acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
         }
-      } else {
-        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma omp simd
-          for (int k = 0; k < (int)((4) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e2 = (v0[f] + v1[f]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((4) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v4[f] = acc4[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 4; ++k) {
+        v4[(c0 + k)] = acc4[k];
       }
     }
     if (begin == end) {
@@ -94,49 +70,24 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
       v5[i0] = (-v4[i0]);
     }
     acc_t v8[4];
-    for (int64_t f0 = 0; f0 < 4; f0 += 16) {
-      if (f0 + 16 <= 4) {
-        acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e2 = (v0[f] + v1[f]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            const acc_t e6 = (e3 + v5[f]);
-            const acc_t e7 = std::exp(e6);
-            acc8[k] += e7;
-          }
-        }
+    for (int64_t c0 = 0; c0 < 4; c0 += 16) {
+      acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 4;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v8[f] = acc8[k];
+        for (int k = 0; k < 4; ++k) {
+          const acc_t e2 = (v0[(c0 + k)] + v1[(c0 + k)]);
+          const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+          const acc_t e6 = (e3 + v5[(c0 + k)]);
+          const acc_t e7 = std::exp(e6);
+          acc8[k] += e7;
         }
-      } else {
-        acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma omp simd
-          for (int k = 0; k < (int)((4) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e2 = (v0[f] + v1[f]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            const acc_t e6 = (e3 + v5[f]);
-            const acc_t e7 = std::exp(e6);
-            acc8[k] += e7;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((4) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v8[f] = acc8[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 4; ++k) {
+        v8[(c0 + k)] = acc8[k];
       }
     }
     acc_t v9[4];
@@ -144,40 +95,29 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
     acc_t v13[32];
-    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      v13[i0 * 8 + i1] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 4;
-      acc_t v2[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v2[i0] = (v0[i0] + v1[i0]);
-      }
-      acc_t v3[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v3[i0] = (v2[i0] > 0 ? v2[i0] : v2[i0] * (acc_t)0.2);
-      }
-      acc_t v6[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v6[i0] = (v3[i0] + v5[i0]);
-      }
-      acc_t v7[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v7[i0] = std::exp(v6[i0]);
-      }
-      acc_t v10[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v10[i0] = (v7[i0] * v9[i0]);
-      }
-      const scalar_t* v11 = b2 + nbr * 32;
-      acc_t v12[32];
-      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-        v12[i0 * 8 + i1] = (v10[i0] * v11[i0 * 8 + i1]);
-      }
-      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-        v13[i0 * 8 + i1] += v12[i0 * 8 + i1];
+    for (int64_t o0 = 0; o0 < 4; ++o0) {
+      for (int64_t c0 = 0; c0 < 8; c0 += 16) {
+        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 4;
+          const scalar_t* v11 = b2 + nbr * 32;
+          const acc_t s2 = (v0[o0] + v1[o0]);
+          const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
+          const acc_t s6 = (s3 + v5[o0]);
+          const acc_t s7 = std::exp(s6);
+          const acc_t s10 = (s7 * v9[o0]);
+          #pragma omp simd
+          for (int k = 0; k < 8; ++k) {
+            const acc_t e12 = (s10 * v11[o0 * 8 + (c0 + k)]);
+            acc13[k] += e12;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 8; ++k) {
+          v13[o0 * 8 + (c0 + k)] = acc13[k];
+        }
       }
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
@@ -242,11 +182,8 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
-  scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -259,46 +196,28 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
       v8[i0] = (-v7[i0]);
     }
     acc_t v19[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v19[i0] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v1 = b1 + nbr * 32;
-      acc_t v2[32];
-      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-        v2[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v1[i0 * 8 + i1]);
+    for (int64_t c0 = 0; c0 < 4; c0 += 16) {
+      acc_t acc19[16]; for (int k = 0; k < 16; ++k) acc19[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b2 + nbr * 4;
+        const scalar_t* v1 = b1 + nbr * 32;
+        #pragma omp simd
+        for (int k = 0; k < 4; ++k) {
+          const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
+          const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
+          const acc_t e9 = (e6 + v8[(c0 + k)]);
+          const acc_t e10 = std::exp(e9);
+          acc_t e15 = 0;
+          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
+          const acc_t e18 = (e15 * e10);
+          acc19[k] += e18;
+        }
       }
-      acc_t v15[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
-        v15[i0] = total;
-      }
-      const scalar_t* v3 = b2 + nbr * 4;
-      acc_t v5[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v5[i0] = (v3[i0] + v4[i0]);
-      }
-      acc_t v6[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
-      }
-      acc_t v9[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v9[i0] = (v6[i0] + v8[i0]);
-      }
-      acc_t v10[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v10[i0] = std::exp(v9[i0]);
-      }
-      acc_t v18[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v18[i0] = (v15[i0] * v10[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v19[i0] += v18[i0];
+      #pragma omp simd
+      for (int k = 0; k < 4; ++k) {
+        v19[(c0 + k)] = acc19[k];
       }
     }
     const acc_t* v11 = b5 + r * 4;
@@ -319,66 +238,33 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
       v22[i0] = (-v21[i0]);
     }
     acc_t v32[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v32[i0] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v1 = b1 + nbr * 32;
-      acc_t v2[32];
-      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-        v2[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v1[i0 * 8 + i1]);
+    for (int64_t c0 = 0; c0 < 4; c0 += 16) {
+      acc_t acc32[16]; for (int k = 0; k < 16; ++k) acc32[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b2 + nbr * 4;
+        const scalar_t* v1 = b1 + nbr * 32;
+        #pragma omp simd
+        for (int k = 0; k < 4; ++k) {
+          const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
+          const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
+          const acc_t e9 = (e6 + v8[(c0 + k)]);
+          const acc_t e10 = std::exp(e9);
+          acc_t e15 = 0;
+          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
+          const acc_t e17 = (e15 * v12[(c0 + k)]);
+          const acc_t e23 = (e17 + v22[(c0 + k)]);
+          const acc_t e24 = (e23 * e10);
+          const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
+          const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t e30 = (e24 * e29);
+          acc32[k] += e30;
+        }
       }
-      acc_t v15[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
-        v15[i0] = total;
-      }
-      acc_t v17[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v17[i0] = (v15[i0] * v12[i0]);
-      }
-      acc_t v23[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v23[i0] = (v17[i0] + v22[i0]);
-      }
-      const scalar_t* v3 = b2 + nbr * 4;
-      acc_t v5[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v5[i0] = (v3[i0] + v4[i0]);
-      }
-      acc_t v6[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
-      }
-      acc_t v9[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v9[i0] = (v6[i0] + v8[i0]);
-      }
-      acc_t v10[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v10[i0] = std::exp(v9[i0]);
-      }
-      acc_t v24[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v24[i0] = (v23[i0] * v10[i0]);
-      }
-      acc_t v26[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v26[i0] = (acc_t)(v5[i0] > (acc_t)0.0);
-      }
-      acc_t v29[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v29[i0] = (v26[i0] != 0 ? (acc_t)1.0 : (acc_t)0.2);
-      }
-      acc_t v30[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v30[i0] = (v24[i0] * v29[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v32[i0] += v30[i0];
+      #pragma omp simd
+      for (int k = 0; k < 4; ++k) {
+        v32[(c0 + k)] = acc32[k];
       }
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
@@ -404,10 +290,8 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -415,104 +299,51 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
     const scalar_t* v3 = b2 + r * 4;
     const scalar_t* v1 = b1 + r * 32;
     acc_t v16[32];
-    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      v16[i0 * 8 + i1] = (acc_t)0.0;
-    }
     acc_t v31[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v31[i0] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 32;
-      const scalar_t* v4 = b3 + nbr * 4;
-      acc_t v5[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v5[i0] = (v3[i0] + v4[i0]);
-      }
-      acc_t v6[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
-      }
-      const acc_t* v7 = b4 + nbr * 4;
-      acc_t v8[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v8[i0] = (-v7[i0]);
-      }
-      acc_t v9[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v9[i0] = (v6[i0] + v8[i0]);
-      }
-      acc_t v10[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v10[i0] = std::exp(v9[i0]);
-      }
-      const acc_t* v11 = b5 + nbr * 4;
-      acc_t v12[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v12[i0] = ((acc_t)1 / v11[i0]);
-      }
-      acc_t v13[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v13[i0] = (v10[i0] * v12[i0]);
-      }
-      acc_t v14[32];
-      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-        v14[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v13[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-        v16[i0 * 8 + i1] += v14[i0 * 8 + i1];
-      }
-      acc_t v2[32];
-      for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-        v2[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v1[i0 * 8 + i1]);
-      }
-      acc_t v15[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
-        v15[i0] = total;
-      }
-      acc_t v17[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v17[i0] = (v15[i0] * v12[i0]);
-      }
-      const acc_t* v19 = b9 + nbr * 4;
-      acc_t v20[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v20[i0] = (v12[i0] * v12[i0]);
-      }
-      acc_t v21[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v21[i0] = (v19[i0] * v20[i0]);
-      }
-      acc_t v22[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v22[i0] = (-v21[i0]);
-      }
-      acc_t v23[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v23[i0] = (v17[i0] + v22[i0]);
-      }
-      acc_t v24[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v24[i0] = (v23[i0] * v10[i0]);
-      }
-      acc_t v26[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v26[i0] = (acc_t)(v5[i0] > (acc_t)0.0);
-      }
-      acc_t v29[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v29[i0] = (v26[i0] != 0 ? (acc_t)1.0 : (acc_t)0.2);
-      }
-      acc_t v30[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v30[i0] = (v24[i0] * v29[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v31[i0] += v30[i0];
+    for (int64_t o0 = 0; o0 < 4; ++o0) {
+      for (int64_t c0 = 0; c0 < 8; c0 += 16) {
+        acc_t acc16[16]; for (int k = 0; k < 16; ++k) acc16[k] = (acc_t)0.0;
+        acc_t acc31 = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v4 = b3 + nbr * 4;
+          const acc_t* v7 = b4 + nbr * 4;
+          const acc_t* v11 = b5 + nbr * 4;
+          const scalar_t* v0 = b0 + nbr * 32;
+          const acc_t* v19 = b9 + nbr * 4;
+          const acc_t s5 = (v3[o0] + v4[o0]);
+          const acc_t s6 = (s5 > 0 ? s5 : s5 * (acc_t)0.2);
+          const acc_t s8 = (-v7[o0]);
+          const acc_t s9 = (s6 + s8);
+          const acc_t s10 = std::exp(s9);
+          const acc_t s12 = ((acc_t)1 / v11[o0]);
+          const acc_t s13 = (s10 * s12);
+          if (c0 == 0) {
+            acc_t s15 = 0;
+            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) s15 += (v0[o0 * 8 + r15_1] * v1[o0 * 8 + r15_1]);
+            const acc_t s17 = (s15 * s12);
+            const acc_t s20 = (s12 * s12);
+            const acc_t s21 = (v19[o0] * s20);
+            const acc_t s22 = (-s21);
+            const acc_t s23 = (s17 + s22);
+            const acc_t s24 = (s23 * s10);
+            const acc_t s26 = (acc_t)(s5 > (acc_t)0.0);
+            const acc_t s29 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t s30 = (s24 * s29);
+            acc31 += s30;
+          }
+          #pragma omp simd
+          for (int k = 0; k < 8; ++k) {
+            const acc_t e14 = (v0[o0 * 8 + (c0 + k)] * s13);
+            acc16[k] += e14;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 8; ++k) {
+          v16[o0 * 8 + (c0 + k)] = acc16[k];
+        }
+        if (c0 == 0) v31[o0] = acc31;
       }
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {

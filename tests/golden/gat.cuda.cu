@@ -33,7 +33,6 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -41,36 +40,38 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 4;
     acc_t* __restrict__ v4 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 4; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 4) {
-              const acc_t e2 = (v0[f] + v1[f]);
-              const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-              acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+      acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 4) {
-            v4[f] = acc4[k];
+            const acc_t e2 = (v0[f] + v1[f]);
+            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 4) {
+          v4[f] = acc4[k];
+        }
+      }
     }
     if (begin == end) {
       for (int64_t f = lane; f < 4; f += lanes) {
@@ -83,31 +84,31 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       v5[i0] = (-v4[i0]);
     }
     acc_t* __restrict__ v8 = scratch + (4);
-    for (int64_t f0 = 0; f0 < 4; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 4) {
-              const acc_t e2 = (v0[f] + v1[f]);
-              const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-              const acc_t e6 = (e3 + v5[f]);
-              const acc_t e7 = expf(e6);
-              acc8[k] += e7;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+      acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 4) {
-            v8[f] = acc8[k];
+            const acc_t e2 = (v0[f] + v1[f]);
+            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+            const acc_t e6 = (e3 + v5[f]);
+            const acc_t e7 = expf(e6);
+            acc8[k] += e7;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 4) {
+          v8[f] = acc8[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     acc_t v9[4];
@@ -115,44 +116,34 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
     acc_t* __restrict__ v13 = scratch + (4) + (4);
-    for (int64_t f = lane; f < 32; f += lanes) {
-      v13[f] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 4;
-      acc_t v2[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v2[i0] = (v0[i0] + v1[i0]);
+    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+      acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 4;
+        const scalar_t* v11 = b2 + nbr * 32;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 32) {
+            const acc_t e2 = (v0[(f / (8))] + v1[(f / (8))]);
+            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
+            const acc_t e6 = (e3 + v5[(f / (8))]);
+            const acc_t e7 = expf(e6);
+            const acc_t e10 = (e7 * v9[(f / (8))]);
+            const acc_t e12 = (e10 * v11[f]);
+            acc13[k] += e12;
+          }
+        }
       }
-      acc_t v3[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v3[i0] = (v2[i0] > 0 ? v2[i0] : v2[i0] * (acc_t)0.2);
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 32) {
+          v13[f] = acc13[k];
+        }
       }
-      acc_t v6[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v6[i0] = (v3[i0] + v5[i0]);
-      }
-      acc_t v7[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v7[i0] = expf(v6[i0]);
-      }
-      acc_t v10[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v10[i0] = (v7[i0] * v9[i0]);
-      }
-      const scalar_t* v11 = b2 + nbr * 32;
-      acc_t* __restrict__ v12 = scratch + (4) + (4) + (32);
-      for (int64_t f = lane; f < 32; f += lanes) {
-        const int64_t i0 = (f / (8));
-        v12[f] = (v10[i0] * v11[f]);
-      }
-      __syncwarp(group_mask);
-      for (int64_t f = lane; f < 32; f += lanes) {
-        v13[f] += v12[f];
-      }
-      __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 32; f += lanes) {
@@ -188,17 +179,28 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (4) + (4) + (32) + (32);
+    p.scratch_per_row = (4) + (4) + (32);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -229,11 +231,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
-  scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -241,7 +240,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -253,51 +254,38 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t i0 = 0; i0 < 4; ++i0) {
       v8[i0] = (-v7[i0]);
     }
-    acc_t v19[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v19[i0] = (acc_t)0.0;
+    acc_t* __restrict__ v19 = scratch + 0;
+    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+      acc_t acc19[4]; for (int k = 0; k < 4; ++k) acc19[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b2 + nbr * 4;
+        const scalar_t* v1 = b1 + nbr * 32;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 4) {
+            const acc_t e5 = (v3[f] + v4[f]);
+            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
+            const acc_t e9 = (e6 + v8[f]);
+            const acc_t e10 = expf(e9);
+            acc_t e15 = 0;
+            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[f * 8 + r15_1] * v1[f * 8 + r15_1]);
+            const acc_t e18 = (e15 * e10);
+            acc19[k] += e18;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 4) {
+          v19[f] = acc19[k];
+        }
+      }
     }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v1 = b1 + nbr * 32;
-      acc_t* __restrict__ v2 = scratch + 0;
-      for (int64_t f = lane; f < 32; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v15[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
-        v15[i0] = total;
-      }
-      const scalar_t* v3 = b2 + nbr * 4;
-      acc_t v5[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v5[i0] = (v3[i0] + v4[i0]);
-      }
-      acc_t v6[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
-      }
-      acc_t v9[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v9[i0] = (v6[i0] + v8[i0]);
-      }
-      acc_t v10[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v10[i0] = expf(v9[i0]);
-      }
-      acc_t v18[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v18[i0] = (v15[i0] * v10[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v19[i0] += v18[i0];
-      }
-      __syncwarp(group_mask);
-    }
+    __syncwarp(group_mask);
     const acc_t* v11 = b5 + r * 4;
     acc_t v12[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
@@ -315,71 +303,43 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t i0 = 0; i0 < 4; ++i0) {
       v22[i0] = (-v21[i0]);
     }
-    acc_t v32[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v32[i0] = (acc_t)0.0;
+    acc_t* __restrict__ v32 = scratch + (4);
+    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+      acc_t acc32[4]; for (int k = 0; k < 4; ++k) acc32[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b2 + nbr * 4;
+        const scalar_t* v1 = b1 + nbr * 32;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 4) {
+            const acc_t e5 = (v3[f] + v4[f]);
+            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
+            const acc_t e9 = (e6 + v8[f]);
+            const acc_t e10 = expf(e9);
+            acc_t e15 = 0;
+            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[f * 8 + r15_1] * v1[f * 8 + r15_1]);
+            const acc_t e17 = (e15 * v12[f]);
+            const acc_t e23 = (e17 + v22[f]);
+            const acc_t e24 = (e23 * e10);
+            const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
+            const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e30 = (e24 * e29);
+            acc32[k] += e30;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 4) {
+          v32[f] = acc32[k];
+        }
+      }
     }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v1 = b1 + nbr * 32;
-      acc_t* __restrict__ v2 = scratch + 0;
-      for (int64_t f = lane; f < 32; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v15[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
-        v15[i0] = total;
-      }
-      acc_t v17[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v17[i0] = (v15[i0] * v12[i0]);
-      }
-      acc_t v23[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v23[i0] = (v17[i0] + v22[i0]);
-      }
-      const scalar_t* v3 = b2 + nbr * 4;
-      acc_t v5[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v5[i0] = (v3[i0] + v4[i0]);
-      }
-      acc_t v6[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
-      }
-      acc_t v9[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v9[i0] = (v6[i0] + v8[i0]);
-      }
-      acc_t v10[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v10[i0] = expf(v9[i0]);
-      }
-      acc_t v24[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v24[i0] = (v23[i0] * v10[i0]);
-      }
-      acc_t v26[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v26[i0] = (acc_t)(v5[i0] > (acc_t)0.0);
-      }
-      acc_t v29[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v29[i0] = (v26[i0] != 0 ? (acc_t)1.0 : (acc_t)0.2);
-      }
-      acc_t v30[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v30[i0] = (v24[i0] * v29[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v32[i0] += v30[i0];
-      }
-      __syncwarp(group_mask);
-    }
+    __syncwarp(group_mask);
     for (int64_t f = lane; f < 4; f += lanes) {
       b7[r * 4 + f] = v32[f];
     }
@@ -404,10 +364,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -415,7 +373,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -423,109 +383,83 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const scalar_t* v3 = b2 + r * 4;
     const scalar_t* v1 = b1 + r * 32;
     acc_t* __restrict__ v16 = scratch + 0;
-    for (int64_t f = lane; f < 32; f += lanes) {
-      v16[f] = (acc_t)0.0;
+    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+      acc_t acc16[4]; for (int k = 0; k < 4; ++k) acc16[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v4 = b3 + nbr * 4;
+        const acc_t* v7 = b4 + nbr * 4;
+        const acc_t* v11 = b5 + nbr * 4;
+        const scalar_t* v0 = b0 + nbr * 32;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 32) {
+            const acc_t e5 = (v3[(f / (8))] + v4[(f / (8))]);
+            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
+            const acc_t e8 = (-v7[(f / (8))]);
+            const acc_t e9 = (e6 + e8);
+            const acc_t e10 = expf(e9);
+            const acc_t e12 = ((acc_t)1 / v11[(f / (8))]);
+            const acc_t e13 = (e10 * e12);
+            const acc_t e14 = (v0[f] * e13);
+            acc16[k] += e14;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 32) {
+          v16[f] = acc16[k];
+        }
+      }
     }
-    acc_t v31[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v31[i0] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 32;
-      const scalar_t* v4 = b3 + nbr * 4;
-      acc_t v5[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v5[i0] = (v3[i0] + v4[i0]);
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v31 = scratch + (32);
+    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+      acc_t acc31[4]; for (int k = 0; k < 4; ++k) acc31[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v4 = b3 + nbr * 4;
+        const acc_t* v7 = b4 + nbr * 4;
+        const acc_t* v11 = b5 + nbr * 4;
+        const scalar_t* v0 = b0 + nbr * 32;
+        const acc_t* v19 = b9 + nbr * 4;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 4) {
+            const acc_t e5 = (v3[f] + v4[f]);
+            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
+            const acc_t e8 = (-v7[f]);
+            const acc_t e9 = (e6 + e8);
+            const acc_t e10 = expf(e9);
+            const acc_t e12 = ((acc_t)1 / v11[f]);
+            acc_t e15 = 0;
+            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[f * 8 + r15_1] * v1[f * 8 + r15_1]);
+            const acc_t e17 = (e15 * e12);
+            const acc_t e20 = (e12 * e12);
+            const acc_t e21 = (v19[f] * e20);
+            const acc_t e22 = (-e21);
+            const acc_t e23 = (e17 + e22);
+            const acc_t e24 = (e23 * e10);
+            const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
+            const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e30 = (e24 * e29);
+            acc31[k] += e30;
+          }
+        }
       }
-      acc_t v6[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v6[i0] = (v5[i0] > 0 ? v5[i0] : v5[i0] * (acc_t)0.2);
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 4) {
+          v31[f] = acc31[k];
+        }
       }
-      const acc_t* v7 = b4 + nbr * 4;
-      acc_t v8[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v8[i0] = (-v7[i0]);
-      }
-      acc_t v9[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v9[i0] = (v6[i0] + v8[i0]);
-      }
-      acc_t v10[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v10[i0] = expf(v9[i0]);
-      }
-      const acc_t* v11 = b5 + nbr * 4;
-      acc_t v12[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v12[i0] = ((acc_t)1 / v11[i0]);
-      }
-      acc_t v13[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v13[i0] = (v10[i0] * v12[i0]);
-      }
-      acc_t* __restrict__ v14 = scratch + (32);
-      for (int64_t f = lane; f < 32; f += lanes) {
-        const int64_t i0 = (f / (8));
-        v14[f] = (v0[f] * v13[i0]);
-      }
-      __syncwarp(group_mask);
-      for (int64_t f = lane; f < 32; f += lanes) {
-        v16[f] += v14[f];
-      }
-      acc_t* __restrict__ v2 = scratch + (32) + (32);
-      for (int64_t f = lane; f < 32; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v15[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 8; ++j1) total += v2[i0 * 8 + j1];
-        v15[i0] = total;
-      }
-      acc_t v17[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v17[i0] = (v15[i0] * v12[i0]);
-      }
-      const acc_t* v19 = b9 + nbr * 4;
-      acc_t v20[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v20[i0] = (v12[i0] * v12[i0]);
-      }
-      acc_t v21[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v21[i0] = (v19[i0] * v20[i0]);
-      }
-      acc_t v22[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v22[i0] = (-v21[i0]);
-      }
-      acc_t v23[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v23[i0] = (v17[i0] + v22[i0]);
-      }
-      acc_t v24[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v24[i0] = (v23[i0] * v10[i0]);
-      }
-      acc_t v26[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v26[i0] = (acc_t)(v5[i0] > (acc_t)0.0);
-      }
-      acc_t v29[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v29[i0] = (v26[i0] != 0 ? (acc_t)1.0 : (acc_t)0.2);
-      }
-      acc_t v30[4];
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v30[i0] = (v24[i0] * v29[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 4; ++i0) {
-        v31[i0] += v30[i0];
-      }
-      __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 4; f += lanes) {
@@ -558,21 +492,32 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
   {
-    const int64_t widest = std::max<int64_t>(32, 4);
+    const int64_t widest = 4;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (32);
+    p.scratch_per_row = (4) + (4);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -581,17 +526,28 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (32) + (32) + (32);
+    p.scratch_per_row = (32) + (4);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }

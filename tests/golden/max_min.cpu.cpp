@@ -36,7 +36,6 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out1@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -44,49 +43,24 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
     const scalar_t* v2 = b1 + r * 3;
     acc_t v1[3];
     acc_t v4[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
-        acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
-        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (acc_t)INFINITY;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e3 = (v0[f] * v2[f]);
-            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
-            acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
+      acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (acc_t)INFINITY;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 3;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v1[f] = acc1[k];
-          v4[f] = acc4[k];
+        for (int k = 0; k < 3; ++k) {
+          const acc_t e3 = (v0[(c0 + k)] * v2[(c0 + k)]);
+          acc1[k] = (v0[(c0 + k)] > acc1[k] || v0[(c0 + k)] != v0[(c0 + k)]) ? v0[(c0 + k)] : acc1[k];
+          acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
         }
-      } else {
-        acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
-        acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (acc_t)INFINITY;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e3 = (v0[f] * v2[f]);
-            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
-            acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v1[f] = acc1[k];
-          v4[f] = acc4[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 3; ++k) {
+        v1[(c0 + k)] = acc1[k];
+        v4[(c0 + k)] = acc4[k];
       }
     }
     if (begin == end) {
@@ -158,17 +132,14 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   const int64_t* __restrict__ eids = p.graph[2];
   const int64_t* __restrict__ order = p.graph[6];
   (void)order;
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -178,53 +149,26 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
     const acc_t* v15 = b5 + r * 3;
     acc_t v7[3];
     acc_t v17[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
-        acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
-        acc_t acc17[16]; for (int k = 0; k < 16; ++k) acc17[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v2 = b2 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            acc7[k] += e6;
-            acc17[k] += e16;
-          }
-        }
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
+      acc_t acc17[16]; for (int k = 0; k < 16; ++k) acc17[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v2 = b2 + nbr * 3;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v7[f] = acc7[k];
-          v17[f] = acc17[k];
+        for (int k = 0; k < 3; ++k) {
+          const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+          const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+          const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
+          acc7[k] += e6;
+          acc17[k] += e16;
         }
-      } else {
-        acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
-        acc_t acc17[16]; for (int k = 0; k < 16; ++k) acc17[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v2 = b2 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            acc7[k] += e6;
-            acc17[k] += e16;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v7[f] = acc7[k];
-          v17[f] = acc17[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 3; ++k) {
+        v7[(c0 + k)] = acc7[k];
+        v17[(c0 + k)] = acc17[k];
       }
     }
     const scalar_t* v1 = b1 + r * 3;
@@ -233,51 +177,25 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
       v8[i0] = ((acc_t)1 / v7[i0]);
     }
     acc_t v14[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
-        acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v2 = b2 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e9 = (e6 * v8[f]);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e12 = (e10 * v2[f]);
-            acc14[k] += e12;
-          }
-        }
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v2 = b2 + nbr * 3;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v14[f] = acc14[k];
+        for (int k = 0; k < 3; ++k) {
+          const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+          const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+          const acc_t e9 = (e6 * v8[(c0 + k)]);
+          const acc_t e10 = (v1[(c0 + k)] * e9);
+          const acc_t e12 = (e10 * v2[(c0 + k)]);
+          acc14[k] += e12;
         }
-      } else {
-        acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v2 = b2 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e9 = (e6 * v8[f]);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e12 = (e10 * v2[f]);
-            acc14[k] += e12;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v14[f] = acc14[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 3; ++k) {
+        v14[(c0 + k)] = acc14[k];
       }
     }
     for (int64_t i0 = 0; i0 < 3; ++i0) {
@@ -306,10 +224,8 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -317,79 +233,39 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
     const scalar_t* v2 = b2 + r * 3;
     acc_t v13[3];
     acc_t v21[3];
-    for (int64_t f0 = 0; f0 < 3; f0 += 16) {
-      if (f0 + 16 <= 3) {
-        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-        acc_t acc21[16]; for (int k = 0; k < 16; ++k) acc21[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v3 = b3 + nbr * 3;
-          const acc_t* v5 = b4 + nbr * 3;
-          const acc_t* v7 = b8 + nbr * 3;
-          const scalar_t* v1 = b1 + nbr * 3;
-          const acc_t* v15 = b5 + nbr * 3;
-          const acc_t* v17 = b9 + nbr * 3;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e8 = ((acc_t)1 / v7[f]);
-            const acc_t e9 = (e6 * e8);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e11 = (e10 * v3[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            const acc_t e18 = ((acc_t)1 / v17[f]);
-            const acc_t e19 = (e16 * e18);
-            const acc_t e20 = (v0[f] * e19);
-            acc13[k] += e11;
-            acc21[k] += e20;
-          }
-        }
+    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
+      acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
+      acc_t acc21[16]; for (int k = 0; k < 16; ++k) acc21[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b3 + nbr * 3;
+        const acc_t* v5 = b4 + nbr * 3;
+        const acc_t* v7 = b8 + nbr * 3;
+        const scalar_t* v1 = b1 + nbr * 3;
+        const acc_t* v15 = b5 + nbr * 3;
+        const acc_t* v17 = b9 + nbr * 3;
+        const scalar_t* v0 = b0 + nbr * 3;
         #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v13[f] = acc13[k];
-          v21[f] = acc21[k];
+        for (int k = 0; k < 3; ++k) {
+          const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+          const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+          const acc_t e8 = ((acc_t)1 / v7[(c0 + k)]);
+          const acc_t e9 = (e6 * e8);
+          const acc_t e10 = (v1[(c0 + k)] * e9);
+          const acc_t e11 = (e10 * v3[(c0 + k)]);
+          const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
+          const acc_t e18 = ((acc_t)1 / v17[(c0 + k)]);
+          const acc_t e19 = (e16 * e18);
+          const acc_t e20 = (v0[(c0 + k)] * e19);
+          acc13[k] += e11;
+          acc21[k] += e20;
         }
-      } else {
-        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-        acc_t acc21[16]; for (int k = 0; k < 16; ++k) acc21[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v3 = b3 + nbr * 3;
-          const acc_t* v5 = b4 + nbr * 3;
-          const acc_t* v7 = b8 + nbr * 3;
-          const scalar_t* v1 = b1 + nbr * 3;
-          const acc_t* v15 = b5 + nbr * 3;
-          const acc_t* v17 = b9 + nbr * 3;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < (int)((3) - f0); ++k) {
-            const int64_t f = f0 + k;
-            const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e8 = ((acc_t)1 / v7[f]);
-            const acc_t e9 = (e6 * e8);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e11 = (e10 * v3[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            const acc_t e18 = ((acc_t)1 / v17[f]);
-            const acc_t e19 = (e16 * e18);
-            const acc_t e20 = (v0[f] * e19);
-            acc13[k] += e11;
-            acc21[k] += e20;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((3) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v13[f] = acc13[k];
-          v21[f] = acc21[k];
-        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 3; ++k) {
+        v13[(c0 + k)] = acc13[k];
+        v21[(c0 + k)] = acc21[k];
       }
     }
     acc_t v22[3];

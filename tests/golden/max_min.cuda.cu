@@ -33,7 +33,6 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out1@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -41,7 +40,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -49,31 +50,31 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     const scalar_t* v2 = b1 + r * 3;
     acc_t* __restrict__ v1 = scratch + 0;
     acc_t* __restrict__ v4 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)__int_as_float((int)0xff800000);
-        acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float(0x7f800000);
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 3) {
-              const acc_t e3 = (v0[f] * v2[f]);
-              acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
-              acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+      acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)__int_as_float((int)0xff800000);
+      acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float(0x7f800000);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
-            v1[f] = acc1[k];
-            v4[f] = acc4[k];
+            const acc_t e3 = (v0[f] * v2[f]);
+            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+            acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 3) {
+          v1[f] = acc1[k];
+          v4[f] = acc4[k];
+        }
+      }
     }
     if (begin == end) {
       for (int64_t f = lane; f < 3; f += lanes) {
@@ -124,15 +125,26 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     p.lanes = lanes;
     p.scratch_per_row = (3) + (3);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -157,17 +169,14 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   const int64_t* __restrict__ eids = p.graph[2];
   const int64_t* __restrict__ order = p.graph[6];
   (void)order;
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -175,7 +184,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -185,33 +196,33 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const acc_t* v15 = b5 + r * 3;
     acc_t* __restrict__ v7 = scratch + 0;
     acc_t* __restrict__ v17 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc7[4]; for (int k = 0; k < 4; ++k) acc7[k] = (acc_t)0.0;
-        acc_t acc17[4]; for (int k = 0; k < 4; ++k) acc17[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v2 = b2 + nbr * 3;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 3) {
-              const acc_t e4 = (v2[f] * v3[f]);
-              const acc_t e6 = (acc_t)(e4 == v5[f]);
-              const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-              acc7[k] += e6;
-              acc17[k] += e16;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+      acc_t acc7[4]; for (int k = 0; k < 4; ++k) acc7[k] = (acc_t)0.0;
+      acc_t acc17[4]; for (int k = 0; k < 4; ++k) acc17[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v2 = b2 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
-            v7[f] = acc7[k];
-            v17[f] = acc17[k];
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            acc7[k] += e6;
+            acc17[k] += e16;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 3) {
+          v7[f] = acc7[k];
+          v17[f] = acc17[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     const scalar_t* v1 = b1 + r * 3;
@@ -220,32 +231,32 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       v8[i0] = ((acc_t)1 / v7[i0]);
     }
     acc_t* __restrict__ v14 = scratch + (3) + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v2 = b2 + nbr * 3;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 3) {
-              const acc_t e4 = (v2[f] * v3[f]);
-              const acc_t e6 = (acc_t)(e4 == v5[f]);
-              const acc_t e9 = (e6 * v8[f]);
-              const acc_t e10 = (v1[f] * e9);
-              const acc_t e12 = (e10 * v2[f]);
-              acc14[k] += e12;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+      acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v2 = b2 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
-            v14[f] = acc14[k];
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e9 = (e6 * v8[f]);
+            const acc_t e10 = (v1[f] * e9);
+            const acc_t e12 = (e10 * v2[f]);
+            acc14[k] += e12;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 3) {
+          v14[f] = acc14[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 3; f += lanes) {
@@ -275,10 +286,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8; (void)b9;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -286,7 +295,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -294,46 +305,46 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const scalar_t* v2 = b2 + r * 3;
     acc_t* __restrict__ v13 = scratch + 0;
     acc_t* __restrict__ v21 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
-        acc_t acc21[4]; for (int k = 0; k < 4; ++k) acc21[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v3 = b3 + nbr * 3;
-          const acc_t* v5 = b4 + nbr * 3;
-          const acc_t* v7 = b8 + nbr * 3;
-          const scalar_t* v1 = b1 + nbr * 3;
-          const acc_t* v15 = b5 + nbr * 3;
-          const acc_t* v17 = b9 + nbr * 3;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < 3) {
-              const acc_t e4 = (v2[f] * v3[f]);
-              const acc_t e6 = (acc_t)(e4 == v5[f]);
-              const acc_t e8 = ((acc_t)1 / v7[f]);
-              const acc_t e9 = (e6 * e8);
-              const acc_t e10 = (v1[f] * e9);
-              const acc_t e11 = (e10 * v3[f]);
-              const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-              const acc_t e18 = ((acc_t)1 / v17[f]);
-              const acc_t e19 = (e16 * e18);
-              const acc_t e20 = (v0[f] * e19);
-              acc13[k] += e11;
-              acc21[k] += e20;
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+      acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
+      acc_t acc21[4]; for (int k = 0; k < 4; ++k) acc21[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v3 = b3 + nbr * 3;
+        const acc_t* v5 = b4 + nbr * 3;
+        const acc_t* v7 = b8 + nbr * 3;
+        const scalar_t* v1 = b1 + nbr * 3;
+        const acc_t* v15 = b5 + nbr * 3;
+        const acc_t* v17 = b9 + nbr * 3;
+        const scalar_t* v0 = b0 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
-            v13[f] = acc13[k];
-            v21[f] = acc21[k];
+            const acc_t e4 = (v2[f] * v3[f]);
+            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const acc_t e8 = ((acc_t)1 / v7[f]);
+            const acc_t e9 = (e6 * e8);
+            const acc_t e10 = (v1[f] * e9);
+            const acc_t e11 = (e10 * v3[f]);
+            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            const acc_t e18 = ((acc_t)1 / v17[f]);
+            const acc_t e19 = (e16 * e18);
+            const acc_t e20 = (v0[f] * e19);
+            acc13[k] += e11;
+            acc21[k] += e20;
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 3) {
+          v13[f] = acc13[k];
+          v21[f] = acc21[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     acc_t v22[3];
@@ -373,15 +384,26 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     p.lanes = lanes;
     p.scratch_per_row = (3) + (3) + (3);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -392,15 +414,26 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     p.lanes = lanes;
     p.scratch_per_row = (3) + (3);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }

@@ -36,32 +36,28 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 10;
     acc_t v4[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v4[i0] = (-(acc_t)INFINITY);
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t v2[10];
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v2[i0 * 5 + i1] = (v0[i0 * 5 + i1] * v1[i0 * 5 + i1]);
+    for (int64_t c0 = 0; c0 < 2; c0 += 16) {
+      acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma omp simd
+        for (int k = 0; k < 2; ++k) {
+          acc_t e3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
+          acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
+        }
       }
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
-      }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v4[i0] = (v3[i0] > v4[i0] || v3[i0] != v3[i0]) ? v3[i0] : v4[i0];
+      #pragma omp simd
+      for (int k = 0; k < 2; ++k) {
+        v4[(c0 + k)] = acc4[k];
       }
     }
     if (begin == end) {
@@ -74,33 +70,24 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
       v5[i0] = (-v4[i0]);
     }
     acc_t v8[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v8[i0] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t v2[10];
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v2[i0 * 5 + i1] = (v0[i0 * 5 + i1] * v1[i0 * 5 + i1]);
+    for (int64_t c0 = 0; c0 < 2; c0 += 16) {
+      acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma omp simd
+        for (int k = 0; k < 2; ++k) {
+          acc_t e3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
+          const acc_t e6 = (e3 + v5[(c0 + k)]);
+          const acc_t e7 = std::exp(e6);
+          acc8[k] += e7;
+        }
       }
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
-      }
-      acc_t v6[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v6[i0] = (v3[i0] + v5[i0]);
-      }
-      acc_t v7[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v7[i0] = std::exp(v6[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v8[i0] += v7[i0];
+      #pragma omp simd
+      for (int k = 0; k < 2; ++k) {
+        v8[(c0 + k)] = acc8[k];
       }
     }
     acc_t v9[2];
@@ -108,45 +95,29 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
     acc_t v13[10];
-    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v13[i0 * 5 + i1] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t v2[10];
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v2[i0 * 5 + i1] = (v0[i0 * 5 + i1] * v1[i0 * 5 + i1]);
-      }
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
-      }
-      acc_t v6[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v6[i0] = (v3[i0] + v5[i0]);
-      }
-      acc_t v7[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v7[i0] = std::exp(v6[i0]);
-      }
-      acc_t v10[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v10[i0] = (v7[i0] * v9[i0]);
-      }
-      acc_t v11[10];
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v11[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + std::exp(-v0[i0 * 5 + i1])));
-      }
-      acc_t v12[10];
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v12[i0 * 5 + i1] = (v10[i0] * v11[i0 * 5 + i1]);
-      }
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v13[i0 * 5 + i1] += v12[i0 * 5 + i1];
+    for (int64_t o0 = 0; o0 < 2; ++o0) {
+      for (int64_t c0 = 0; c0 < 5; c0 += 16) {
+        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * 10;
+          acc_t s3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
+          const acc_t s6 = (s3 + v5[o0]);
+          const acc_t s7 = std::exp(s6);
+          const acc_t s10 = (s7 * v9[o0]);
+          #pragma omp simd
+          for (int k = 0; k < 5; ++k) {
+            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + std::exp(-v0[o0 * 5 + (c0 + k)])));
+            const acc_t e12 = (s10 * e11);
+            acc13[k] += e12;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 5; ++k) {
+          v13[o0 * 5 + (c0 + k)] = acc13[k];
+        }
       }
     }
     acc_t v14[10];
@@ -244,14 +215,11 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -298,51 +266,27 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
       v21[i0] = (-v20[i0]);
     }
     acc_t v37[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v37[i0] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v15 = b3 + nbr * 10;
-      acc_t v16[10];
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v16[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + std::exp(-v15[i0 * 5 + i1])));
+    for (int64_t c0 = 0; c0 < 2; c0 += 16) {
+      acc_t acc37[16]; for (int k = 0; k < 16; ++k) acc37[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v15 = b3 + nbr * 10;
+        #pragma omp simd
+        for (int k = 0; k < 2; ++k) {
+          acc_t e19 = 0;
+          for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
+          const acc_t e22 = (e19 + v21[(c0 + k)]);
+          const acc_t e23 = std::exp(e22);
+          acc_t e28 = 0;
+          for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + std::exp(-v15[(c0 + k) * 5 + r28_1]))));
+          const acc_t e36 = (e28 * e23);
+          acc37[k] += e36;
+        }
       }
-      acc_t v17[10];
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v17[i0 * 5 + i1] = (v14[i0 * 5 + i1] * v16[i0 * 5 + i1]);
-      }
-      acc_t v28[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
-        v28[i0] = total;
-      }
-      acc_t v18[10];
-      for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v18[i0 * 5 + i1] = (v15[i0 * 5 + i1] * v5[i0 * 5 + i1]);
-      }
-      acc_t v19[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
-        v19[i0] = total;
-      }
-      acc_t v22[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v22[i0] = (v19[i0] + v21[i0]);
-      }
-      acc_t v23[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v23[i0] = std::exp(v22[i0]);
-      }
-      acc_t v36[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v36[i0] = (v28[i0] * v23[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v37[i0] += v36[i0];
+      #pragma omp simd
+      for (int k = 0; k < 2; ++k) {
+        v37[(c0 + k)] = acc37[k];
       }
     }
     const acc_t* v24 = b5 + r * 2;
@@ -448,14 +392,11 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];

@@ -33,7 +33,6 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -41,135 +40,118 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 10;
-    acc_t v4[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v4[i0] = (acc_t)__int_as_float((int)0xff800000);
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t* __restrict__ v2 = scratch + 0;
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
+    acc_t* __restrict__ v4 = scratch + 0;
+    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+      acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 2) {
+            acc_t e3 = 0;
+            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
+            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
+          }
+        }
       }
-      __syncwarp(group_mask);
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 2) {
+          v4[f] = acc4[k];
+        }
       }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v4[i0] = (v3[i0] > v4[i0] || v3[i0] != v3[i0]) ? v3[i0] : v4[i0];
-      }
-      __syncwarp(group_mask);
     }
     if (begin == end) {
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v4[i0] = 0;
+      for (int64_t f = lane; f < 2; f += lanes) {
+        v4[f] = 0;
       }
     }
+    __syncwarp(group_mask);
     acc_t v5[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v5[i0] = (-v4[i0]);
     }
-    acc_t v8[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v8[i0] = (acc_t)0.0;
+    acc_t* __restrict__ v8 = scratch + (2);
+    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+      acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 2) {
+            acc_t e3 = 0;
+            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
+            const acc_t e6 = (e3 + v5[f]);
+            const acc_t e7 = expf(e6);
+            acc8[k] += e7;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 2) {
+          v8[f] = acc8[k];
+        }
+      }
     }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t* __restrict__ v2 = scratch + 0;
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
-      }
-      acc_t v6[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v6[i0] = (v3[i0] + v5[i0]);
-      }
-      acc_t v7[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v7[i0] = expf(v6[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v8[i0] += v7[i0];
-      }
-      __syncwarp(group_mask);
-    }
+    __syncwarp(group_mask);
     acc_t v9[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
-    acc_t* __restrict__ v13 = scratch + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
-      v13[f] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t* __restrict__ v2 = scratch + 0;
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v2[f] = (v0[f] * v1[f]);
+    acc_t* __restrict__ v13 = scratch + (2) + (2);
+    for (int64_t f0 = 0; f0 < 10; f0 += (int64_t)lanes * 4) {
+      acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 10) {
+            acc_t e3 = 0;
+            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(f / (5)) * 5 + r3_1] * v1[(f / (5)) * 5 + r3_1]);
+            const acc_t e6 = (e3 + v5[(f / (5))]);
+            const acc_t e7 = expf(e6);
+            const acc_t e10 = (e7 * v9[(f / (5))]);
+            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + expf(-v0[f])));
+            const acc_t e12 = (e10 * e11);
+            acc13[k] += e12;
+          }
+        }
       }
-      __syncwarp(group_mask);
-      acc_t v3[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v2[i0 * 5 + j1];
-        v3[i0] = total;
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 10) {
+          v13[f] = acc13[k];
+        }
       }
-      acc_t v6[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v6[i0] = (v3[i0] + v5[i0]);
-      }
-      acc_t v7[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v7[i0] = expf(v6[i0]);
-      }
-      acc_t v10[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v10[i0] = (v7[i0] * v9[i0]);
-      }
-      acc_t* __restrict__ v11 = scratch + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v11[f] = ((acc_t)1 / ((acc_t)1 + expf(-v0[f])));
-      }
-      __syncwarp(group_mask);
-      acc_t* __restrict__ v12 = scratch + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        const int64_t i0 = (f / (5));
-        v12[f] = (v10[i0] * v11[f]);
-      }
-      __syncwarp(group_mask);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v13[f] += v12[f];
-      }
-      __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v14 = scratch + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v14 = scratch + (2) + (2) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v14[f] = (v1[f] + v13[f]);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v15 = scratch + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v15 = scratch + (2) + (2) + (10) + (10);
     for (int64_t f = lane; f < 5; f += lanes) {
       const int64_t i0 = f;
       acc_t total = 0;
@@ -177,7 +159,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       v15[f] = total;
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v17 = scratch + (10) + (10) + (10) + (10) + (10) + (5);
+    acc_t* __restrict__ v17 = scratch + (2) + (2) + (10) + (10) + (5);
     for (int64_t f = lane; f < 5; f += lanes) {
       v17[f] = (v15[f] * (acc_t)0.5);
     }
@@ -198,7 +180,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     {
       v20[0] = (v19[0] * (acc_t)0.5);
     }
-    acc_t* __restrict__ v21 = scratch + (10) + (10) + (10) + (10) + (10) + (5) + (5);
+    acc_t* __restrict__ v21 = scratch + (2) + (2) + (10) + (10) + (5) + (5);
     for (int64_t f = lane; f < 5; f += lanes) {
       v21[f] = (v17[f] + v20[0]);
     }
@@ -239,17 +221,28 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (10) + (10) + (10) + (10) + (10) + (5) + (5) + (5);
+    p.scratch_per_row = (2) + (2) + (10) + (10) + (5) + (5) + (5);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -276,14 +269,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -291,7 +281,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -343,58 +335,37 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v21[i0] = (-v20[i0]);
     }
-    acc_t v37[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v37[i0] = (acc_t)0.0;
+    acc_t* __restrict__ v37 = scratch + (10) + (5) + (10) + (10);
+    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+      acc_t acc37[4]; for (int k = 0; k < 4; ++k) acc37[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v15 = b3 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 2) {
+            acc_t e19 = 0;
+            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[f * 5 + r19_1] * v5[f * 5 + r19_1]);
+            const acc_t e22 = (e19 + v21[f]);
+            const acc_t e23 = expf(e22);
+            acc_t e28 = 0;
+            for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[f * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + expf(-v15[f * 5 + r28_1]))));
+            const acc_t e36 = (e28 * e23);
+            acc37[k] += e36;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 2) {
+          v37[f] = acc37[k];
+        }
+      }
     }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v15 = b3 + nbr * 10;
-      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
-      }
-      __syncwarp(group_mask);
-      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v17[f] = (v14[f] * v16[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v28[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
-        v28[i0] = total;
-      }
-      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        v18[f] = (v15[f] * v5[f]);
-      }
-      __syncwarp(group_mask);
-      acc_t v19[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
-        v19[i0] = total;
-      }
-      acc_t v22[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v22[i0] = (v19[i0] + v21[i0]);
-      }
-      acc_t v23[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v23[i0] = expf(v22[i0]);
-      }
-      acc_t v36[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v36[i0] = (v28[i0] * v23[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v37[i0] += v36[i0];
-      }
-      __syncwarp(group_mask);
-    }
+    __syncwarp(group_mask);
     const acc_t* v24 = b5 + r * 2;
     acc_t v25[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
@@ -412,7 +383,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v40[i0] = (-v39[i0]);
     }
-    acc_t* __restrict__ v48 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v48 = scratch + (10) + (5) + (10) + (10) + (2);
     for (int64_t f = lane; f < 10; f += lanes) {
       v48[f] = (acc_t)0.0;
     }
@@ -420,12 +391,12 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
       const scalar_t* v15 = b3 + nbr * 10;
-      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10);
+      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10) + (2) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (10);
+      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v17[f] = (v14[f] * v16[f]);
       }
@@ -444,7 +415,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v41[i0] = (v35[i0] + v40[i0]);
       }
-      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v18[f] = (v15[f] * v5[f]);
       }
@@ -467,13 +438,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v42[i0] = (v41[i0] * v23[i0]);
       }
-      acc_t* __restrict__ v43 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v43 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         const int64_t i0 = (f / (5));
         v43[f] = v42[i0];
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v45 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v45 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v45[f] = (v43[f] * v15[f]);
       }
@@ -484,7 +455,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v49 = scratch + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v49 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v49[f] = (v14[f] + v48[f]);
     }
@@ -508,14 +479,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   (void)order;
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  acc_t* __restrict__ b2 = (acc_t*)p.buffers[2];  // saved:13@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4; (void)b5; (void)b6; (void)b7; (void)b8;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -523,7 +491,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -737,17 +707,28 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    p.scratch_per_row = (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -758,15 +739,26 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     p.lanes = lanes;
     p.scratch_per_row = (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }

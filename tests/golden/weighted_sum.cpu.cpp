@@ -34,27 +34,47 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
-  (void)b0; (void)b1; (void)b2;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v3 = scratch + 0;
-    for (int64_t i0 = 0; i0 < s0; ++i0) {
-      v3[i0] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * s0;
-      const scalar_t* v1 = b1 + nbr * 1;
-      acc_t* __restrict__ v2 = scratch + (s0);
-      for (int64_t i0 = 0; i0 < s0; ++i0) {
-        v2[i0] = (v0[i0] * v1[0]);
-      }
-      for (int64_t i0 = 0; i0 < s0; ++i0) {
-        v3[i0] += v2[i0];
+    for (int64_t c0 = 0; c0 < s0; c0 += 16) {
+      if (c0 + 16 <= s0) {
+        acc_t acc3[16]; for (int k = 0; k < 16; ++k) acc3[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * s0;
+          const scalar_t* v1 = b1 + nbr * 1;
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
+            acc3[k] += e2;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          v3[(c0 + k)] = acc3[k];
+        }
+      } else {
+        acc_t acc3[16]; for (int k = 0; k < 16; ++k) acc3[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * s0;
+          const scalar_t* v1 = b1 + nbr * 1;
+          #pragma omp simd
+          for (int k = 0; k < (int)((s0) - c0); ++k) {
+            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
+            acc3[k] += e2;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((s0) - c0); ++k) {
+          v3[(c0 + k)] = acc3[k];
+        }
       }
     }
     for (int64_t i0 = 0; i0 < s0; ++i0) {
@@ -75,7 +95,7 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
   for (int k = 0; k < 3; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
-  p.scratch_per_row = (s0) + (s0);
+  p.scratch_per_row = (s0);
   p.scratch = nullptr;
   if (p.scratch_per_row > 0) {
     p.scratch = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)p.scratch_per_row * (size_t)num_threads);
@@ -111,15 +131,14 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4;
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v1 = scratch + 0;
-    for (int64_t f0 = 0; f0 < s0; f0 += 16) {
-      if (f0 + 16 <= s0) {
+    for (int64_t c0 = 0; c0 < s0; c0 += 16) {
+      if (c0 + 16 <= s0) {
         acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
@@ -127,14 +146,12 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           const scalar_t* v0 = b0 + nbr * s0;
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
-            const int64_t f = f0 + k;
-            acc1[k] += v0[f];
+            acc1[k] += v0[(c0 + k)];
           }
         }
         #pragma omp simd
         for (int k = 0; k < 16; ++k) {
-          const int64_t f = f0 + k;
-          v1[f] = acc1[k];
+          v1[(c0 + k)] = acc1[k];
         }
       } else {
         acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (acc_t)0.0;
@@ -143,15 +160,13 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
           #pragma omp simd
-          for (int k = 0; k < (int)((s0) - f0); ++k) {
-            const int64_t f = f0 + k;
-            acc1[k] += v0[f];
+          for (int k = 0; k < (int)((s0) - c0); ++k) {
+            acc1[k] += v0[(c0 + k)];
           }
         }
         #pragma omp simd
-        for (int k = 0; k < (int)((s0) - f0); ++k) {
-          const int64_t f = f0 + k;
-          v1[f] = acc1[k];
+        for (int k = 0; k < (int)((s0) - c0); ++k) {
+          v1[(c0 + k)] = acc1[k];
         }
       }
     }

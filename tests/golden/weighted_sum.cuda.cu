@@ -31,7 +31,6 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
-  (void)b0; (void)b1; (void)b2;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -39,29 +38,37 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v3 = scratch + 0;
-    for (int64_t f = lane; f < s0; f += lanes) {
-      v3[f] = (acc_t)0.0;
-    }
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * s0;
-      const scalar_t* v1 = b1 + nbr * 1;
-      acc_t* __restrict__ v2 = scratch + (s0);
-      for (int64_t f = lane; f < s0; f += lanes) {
-        v2[f] = (v0[f] * v1[0]);
+    for (int64_t f0 = 0; f0 < s0; f0 += (int64_t)lanes * 4) {
+      acc_t acc3[4]; for (int k = 0; k < 4; ++k) acc3[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * s0;
+        const scalar_t* v1 = b1 + nbr * 1;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < s0) {
+            const acc_t e2 = (v0[f] * v1[0]);
+            acc3[k] += e2;
+          }
+        }
       }
-      __syncwarp(group_mask);
-      for (int64_t f = lane; f < s0; f += lanes) {
-        v3[f] += v2[f];
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < s0) {
+          v3[f] = acc3[k];
+        }
       }
-      __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < s0; f += lanes) {
@@ -89,17 +96,28 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (s0) + (s0);
+    p.scratch_per_row = (s0);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }
@@ -130,7 +148,6 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
-  (void)b0; (void)b1; (void)b2; (void)b3; (void)b4;
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -138,33 +155,35 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = p.scratch != nullptr
+      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
+      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v1 = scratch + 0;
-    for (int64_t f0 = 0; f0 < s0; f0 += ((int64_t)lanes * 4)) {
-        acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * s0;
-          #pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int64_t f = f0 + lane + (int64_t)lanes * k;
-            if (f < s0) {
-              acc1[k] += v0[f];
-            }
-          }
-        }
+    for (int64_t f0 = 0; f0 < s0; f0 += (int64_t)lanes * 4) {
+      acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * s0;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < s0) {
-            v1[f] = acc1[k];
+            acc1[k] += v0[f];
           }
         }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < s0) {
+          v1[f] = acc1[k];
+        }
+      }
     }
     __syncwarp(group_mask);
     const scalar_t* v2 = b1 + r * 1;
@@ -217,15 +236,26 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     p.lanes = lanes;
     p.scratch_per_row = (s0) + (s0) + (s0);
     const int64_t groups_per_block = 256 / lanes;
-    const int64_t shared = groups_per_block * p.scratch_per_row * (int64_t)sizeof(acc_t);
-    if (shared > 232448)
-      return seastar_fail(-2, "a row's values need more shared memory than a GPU block has; project the features to fewer channels before the program");
-    if (shared > 49152) cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
+    int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
+    int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    p.scratch = nullptr;
+    if (shared > 232448) {
+      // rows too wide for shared memory: scratch in global memory, for as many groups as
+      // 1024 MiB hold (the groups take rows grid-stride)
+      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
+      if (rows > 0 &&
+          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
+        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+      shared = 0;
+    } else if (shared > 49152) {
+      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    }
     if (rows > 0) {
-      const int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
+      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
       if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
     }
   }

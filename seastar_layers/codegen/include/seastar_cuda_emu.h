@@ -80,6 +80,7 @@ constexpr int warpSize = 32;
 enum cudaError {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorIllegalAddress = 700,
   cudaErrorIllegalInstruction = 715,
@@ -1072,6 +1073,7 @@ inline const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
     case cudaSuccess: return "cudaSuccess";
     case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorIllegalInstruction: return "cudaErrorIllegalInstruction";
@@ -1126,6 +1128,24 @@ inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr
 template <class... P>
 inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attribute, int value) {
   return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attribute, value);
+}
+
+// Stream-ordered allocation: launches are synchronous here, so host memory in stream order is exact.
+// Poisoned like shared memory, so a kernel that reads scratch before writing it gets NaNs.
+inline cudaError_t cudaMallocAsync(void** ptr, std::size_t bytes, cudaStream_t) {
+  *ptr = std::malloc(bytes == 0 ? 1 : bytes);
+  if (*ptr == nullptr) {
+    ::seastar_emu::detail::record_error(cudaErrorMemoryAllocation,
+                                        ::seastar_emu::detail::format("cudaMallocAsync(%zu bytes): out of memory", bytes));
+    return cudaErrorMemoryAllocation;
+  }
+  std::memset(*ptr, 0xFF, bytes);
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaFreeAsync(void* ptr, cudaStream_t) {
+  std::free(ptr);
+  return cudaSuccess;
 }
 
 #pragma GCC visibility pop
