@@ -172,6 +172,10 @@ class VariantRenderer:
             return "kAdjoint", [adjoint_key(k) for k in self.results].index(buf.key)
         if role is Role.SAVED:
             return ("kSaved" if buf.is_input else "kSavedOut"), self.saved.index(buf.key)
+        if role is Role.SEED:
+            raise NotImplementedError(f"the {self.family.name} program draws random numbers ({buf.key!r}); the "
+                                      "op entry points do not pass a seed yet: draw one per forward call "
+                                      "(csrc/seastar_ops.h) and return it among the saved values for the backward")
         return {Role.DEGREE: "kDegree", Role.TEMP: "kTemp"}[role], 0
 
     def buffers(self, name: str, sched: Schedule) -> str:

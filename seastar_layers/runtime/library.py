@@ -41,9 +41,14 @@ def call(family, graph, **tensors) -> list[Tensor]:
         raise TypeError(f"{NAMESPACE}::{family.name} got unknown arguments {sorted(unknown)}; it takes "
                         f"{', '.join(family.arguments + family.switches)}")
     op = getattr(getattr(torch.ops, NAMESPACE), family.name)
-    compute = COMPUTE_DTYPE.get(tensors[family.required[0]].dtype)  # parameters are taken in the compute dtype
-    args = [None if name not in tensors else tensors[name].to(compute) if name in family.params and compute
-            else tensors[name].contiguous() for name in family.arguments]
+    features = [tensors[name] for name in family.required if name in tensors]
+    compute = COMPUTE_DTYPE.get(features[0].dtype) if features else None
+    args = []
+    for name in family.arguments:
+        t = tensors.get(name)
+        if t is not None and name in family.params and compute is not None:
+            t = t.to(compute)  # the op takes parameters in the compute dtype (float32 for half features)
+        args.append(t.contiguous() if t is not None else None)
     switches = [bool(tensors.get(name, False)) for name in family.switches]
     results, _ = op(graph.tensors(with_orders=graph.device.type == "cuda"), *args, *switches)
     return results
