@@ -55,6 +55,7 @@ class Graph:
         self.listed = listed  # which edge slots belong to rows, where some do not (see csr_layouts)
         self._degree_cache: dict[torch.dtype, torch.Tensor] = {}
         self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._derived: dict = {}
 
     @property
     def num_edges(self) -> int:
@@ -86,6 +87,13 @@ class Graph:
         rows = torch.searchsorted(self.in_indptr, positions, right=True) - 1
         src = torch.empty_like(self.in_src).scatter_(0, self.in_eid, self.in_src)
         return src, torch.empty_like(rows).scatter_(0, self.in_eid, rows)
+
+    def derived(self, key, make):
+        """make(), a value that follows from this graph alone (e.g. a layer's normalisation weights),
+        made once per graph and key: the graph caches hold the graph as long as its source lives."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def in_degree(self, dtype: torch.dtype) -> torch.Tensor:
         """In-degree of every destination as a (num_dst,) tensor of dtype, cached."""

@@ -431,24 +431,31 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
         return layer._cached_edge_index
     n = _num_vertices(name, layer.node_dim, x)
     _check_flow(layer, edge_index)
-    listed = None
-    if layer.normalize and _is_sparse(edge_index):
+    sparse = _is_sparse(edge_index)
+    if layer.normalize and sparse:
         # PyG normalises a sparse adjacency in its own way (self-loops added, not "remaining")
         normalized = gcn_norm(edge_index, None, n, improved, layer.add_self_loops, layer.flow, x.dtype)
         normalized = normalized[0] if isinstance(normalized, tuple) else normalized
         ei, weight, _ = _edge_list(normalized)
-        src, dst, inputs = ei[0], ei[1], ei.size(1)
     else:
         ei, weight, _ = _edge_list(edge_index, edge_weight)
         _check_edge_index(ei)
-        src, dst, inputs = ei[0], ei[1], ei.size(1)
-        if layer.normalize and layer.add_self_loops:
-            src, dst, listed = edges.with_self_loops(src, dst, n)
+    with_loops = layer.normalize and layer.add_self_loops and not sparse
+
+    def slots():
+        return edges.with_self_loops(ei[0], ei[1], n) if with_loops else (ei[0], ei[1], None)
+
     key = ("gcn", layer.add_self_loops) if layer.normalize else ()
-    graph = _message_graph(layer, edge_index, lambda: (src, dst, listed), (n, n), key)  # checks the indices first
-    if layer.normalize and not _is_sparse(edge_index):
-        weight = edges.gcn_weights(src, dst, listed, weight, n, improved, layer.flow == "source_to_target", x.dtype)
-    result = (graph, weight, inputs)
+    graph = _message_graph(layer, edge_index, slots, (n, n), key)  # checks the indices first
+    if layer.normalize and not sparse:
+        def normalized_weights():
+            return edges.gcn_weights(*slots(), weight, n, improved, layer.flow == "source_to_target", x.dtype)
+
+        if weight is None and not torch.compiler.is_compiling():  # follows from the graph alone: once per graph
+            weight = graph.derived(("gcn_norm", improved, layer.flow, x.dtype), normalized_weights)
+        else:
+            weight = normalized_weights()
+    result = (graph, weight, ei.size(1))
     if layer.normalize and layer.cached:
         layer._cached_edge_index = result
     return result
