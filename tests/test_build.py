@@ -92,7 +92,9 @@ def test_toolkit_version_reads_nvcc(env, tmp_path):
 def test_the_cuda_build_registers_its_kernels():
     """Built where torch is a CUDA build and a toolkit is found, the ops have CUDA kernels (no GPU needed)."""
     import seastar_layers  # noqa: F401 - loads the extension
+    from seastar_layers.runtime import library
 
+    assert library.prebuilt_cuda_kernels()  # not the JIT's CUDA implementation, registered where they are missing
     for name in ("gat_attention", "weighted_sum", "appnp_step"):
         for op in (name, f"{name}_backward"):
             for key in ("CPU", "CUDA"):

@@ -235,6 +235,7 @@ def test_cuda_without_cuda_kernels_runs_the_jit(family, monkeypatch):
     runs under SEASTAR_EMULATE_CUDA=1 (the CUDA dialect on CPU tensors, as CI tests CUDA logic)
     and must equal the extension's CPU kernels, forward and backward, every option on."""
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"seastar_layers::{family.name}", "CUDA")
+    assert not library.prebuilt_cuda_kernels()  # this extension was built without them
     monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
     monkeypatch.setattr(library, "_warned_jit", False)
     options = family.options

@@ -153,11 +153,20 @@ def register(families: Iterable) -> None:
         torch.library.register_autograd(qualified, functools.partial(_backward, family),
                                         setup_context=functools.partial(_setup_context, family))
         if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CUDA"):
+            _JIT_ON_CUDA.add(family.name)
             torch.library.impl(qualified, "CUDA")(functools.partial(_jit_forward, family))
             torch.library.impl(f"{qualified}_backward", "CUDA")(functools.partial(_jit_backward, family))
 
 
 # -- CUDA tensors where the extension has no CUDA kernels: the programs through the JIT ------------
+_JIT_ON_CUDA: set[str] = set()  # the families whose CUDA implementation is _jit_forward
+
+
+def prebuilt_cuda_kernels() -> bool:
+    """Whether seastar_layers._C runs the layers' ops on CUDA tensors with its own kernels."""
+    return _UNAVAILABLE is None and not _JIT_ON_CUDA
+
+
 NO_CUDA_KERNELS = ("seastar_layers: the extension seastar_layers._C has no CUDA kernels (it was built where torch "
                    "was a CPU build or no CUDA toolkit was found), so the layers' programs are compiled with nvcc on "
                    "first use and cached on disk. For prebuilt CUDA kernels, reinstall with a CUDA build of torch and "
