@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 from .compiler import compile  # noqa: E402
 from .errors import CompileError  # noqa: E402
 from .graph import Graph  # noqa: E402
+from .nn import programs as _programs  # noqa: E402,F401 - loads the extension: torch.ops.seastar_layers.*
 
 _PYG_LAYERS = ("GATConv", "GCNConv", "APPNP")
 

@@ -9,18 +9,18 @@ edge-wise step runs as one fused vertex program. DGLGraphs and blocks from DGL's
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from .compat import import_dgl
-from .graph import as_graph
+from .graph import Graph, as_graph
 from .nn import programs
 
 dgl = import_dgl()
 from dgl.nn.pytorch import APPNPConv as _DGLAPPNPConv  # noqa: E402
 from dgl.nn.pytorch import GATConv as _DGLGATConv  # noqa: E402
 from dgl.nn.pytorch import GraphConv as _DGLGraphConv  # noqa: E402
-from dgl.nn.pytorch.conv.graphconv import EdgeWeightNorm  # noqa: E402
 
 ZERO_IN_DEGREE = ("There are 0-in-degree nodes in the graph, output for those nodes will be invalid. This is harmful "
                   "for some applications, causing silent performance regression. Adding self-loop on the input graph "
@@ -28,9 +28,54 @@ ZERO_IN_DEGREE = ("There are 0-in-degree nodes in the graph, output for those no
                   "be `True` when constructing this module will suppress the check and let the code run.")
 
 
-def _check_in_degrees(module, graph) -> None:
-    if not module._allow_zero_in_degree and (graph.in_degrees() == 0).any():
+@dataclass(frozen=True)
+class _Converted:
+    """What the layers read of a DGL graph, converted once per graph: kept on the DGLGraph object,
+    where a model compiled with torch.compile finds it without calling DGL (whose C library dynamo
+    cannot trace), with the graph index it came from (DGL replaces it when the edges change)."""
+
+    index: object
+    graph: Graph
+    is_block: bool
+    zero_in_degree: bool  # a destination without in-edges
+    inference: bool  # made in inference mode: its tensors serve no backward
+
+
+def prepare(graph):
+    """Converts a DGLGraph or block for the layers now, so that a compiled model (torch.compile,
+    torch.export) reads the conversion instead of calling DGL. A layer called outside a compiled
+    model converts its graph the same way; inside one, an unconverted graph costs a graph break
+    (an error under fullgraph=True). Returns the graph."""
+    _convert(graph)
+    return graph
+
+
+def _converted(graph) -> _Converted:
+    found = getattr(graph, "_seastar_converted", None)
+    # dynamo cannot trace torch.is_inference_mode_enabled(); a traced model reads what prepare() left
+    if found is not None and found.index is graph._graph and (
+            torch.compiler.is_compiling() or found.inference == torch.is_inference_mode_enabled()):
+        return found
+    return _convert(graph)
+
+
+@torch.compiler.disable(reason="converting a DGL graph calls DGL's C library, which dynamo cannot trace; convert "
+                               "graphs before the compiled model with seastar_layers.dgl.prepare(g)")
+def _convert(graph) -> _Converted:
+    g = as_graph(graph)
+    converted = _Converted(graph._graph, g, graph.is_block, bool((g.in_indptr[1:] == g.in_indptr[:-1]).any()),
+                           torch.is_inference_mode_enabled())
+    graph._seastar_converted = converted
+    return converted
+
+
+def _check_in_degrees(module, converted: _Converted) -> None:
+    if not module._allow_zero_in_degree and converted.zero_in_degree:
         raise dgl.DGLError(ZERO_IN_DEGREE)
+
+
+def _degrees(indptr: torch.Tensor) -> torch.Tensor:
+    return indptr[1:] - indptr[:-1]
 
 
 class GATConv(_DGLGATConv):
@@ -39,7 +84,9 @@ class GATConv(_DGLGATConv):
 
     def forward(self, graph, feat, edge_weight=None, get_attention=False):
         programs.check_features("dgl.GATConv", feat)
-        _check_in_degrees(self, graph)
+        converted = _converted(graph)
+        _check_in_degrees(self, converted)
+        g = converted.graph
         H, F = self._num_heads, self._out_feats
         if isinstance(feat, tuple):
             src_prefix, dst_prefix = feat[0].shape[:-1], feat[1].shape[:-1]
@@ -51,10 +98,10 @@ class GATConv(_DGLGATConv):
             src_prefix = dst_prefix = feat.shape[:-1]
             h_src = h_dst = self.feat_drop(feat)
             feat_src = feat_dst = self.fc(h_src).view(*src_prefix, H, F)
-            if graph.is_block:
-                feat_dst = feat_src[: graph.number_of_dst_nodes()]
-                h_dst = h_dst[: graph.number_of_dst_nodes()]
-                dst_prefix = (graph.number_of_dst_nodes(),) + dst_prefix[1:]
+            if converted.is_block:
+                feat_dst = feat_src[: g.num_dst]
+                h_dst = h_dst[: g.num_dst]
+                dst_prefix = (g.num_dst,) + dst_prefix[1:]
         if src_prefix[1:] != dst_prefix[1:]:
             raise ValueError(f"dgl.GATConv: source and destination features must share their middle axes (N, *, D); "
                              f"got {tuple(feat[0].shape)} and {tuple(feat[1].shape)}")
@@ -62,7 +109,6 @@ class GATConv(_DGLGATConv):
         er = (feat_dst * self.attn_r).sum(dim=-1, keepdim=True)
         # (N, *, H, .) features: every (*, head) pair attends on its own, so * folds into the heads
         heads = math.prod(src_prefix[1:]) * H
-        g = as_graph(graph)
         feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
                  "x": feat_src.reshape(-1, heads, F)}
         mask = None  # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha
@@ -74,11 +120,10 @@ class GATConv(_DGLGATConv):
         if mask is not None:
             feats["mask"] = mask.contiguous()
         slope = el.new_tensor(self.leaky_relu.negative_slope)
-        prog = programs.gat_attention(True, False, mask is not None, slope, with_attention=bool(get_attention))
         # one dtype for the kernel: under autocast the scores come out float32 beside half features
-        result = prog(g, **{name: t.to(feat_src.dtype) for name, t in feats.items()})
-        rst, attention = result if get_attention else (result, None)
-        rst = rst.view(*dst_prefix, H, F)
+        result = programs.GAT_ATTENTION(g, slope=slope, with_attention=bool(get_attention),
+                                        **{name: t.to(feat_src.dtype) for name, t in feats.items()})
+        rst = result[0].view(*dst_prefix, H, F)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h_dst).view(*dst_prefix, -1, F)
         if self.has_explicit_bias:
@@ -86,7 +131,7 @@ class GATConv(_DGLGATConv):
         if self.activation:
             rst = self.activation(rst)
         if get_attention:
-            return rst, attention.view(g.num_edges, *src_prefix[1:], H, 1)
+            return rst, result[1].view(g.num_edges, *src_prefix[1:], H, 1)
         return rst
 
 
@@ -94,6 +139,24 @@ def _degree_norm(degrees: torch.Tensor, like: torch.Tensor, how: str) -> torch.T
     degs = degrees.to(like).clamp(min=1)
     norm = torch.pow(degs, -0.5) if how == "both" else 1.0 / degs
     return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
+
+
+def _edge_weight_norm(g: Graph, edge_weight: torch.Tensor) -> torch.Tensor:
+    """DGL's EdgeWeightNorm(norm="both"): w / sqrt(weighted out-degree of the source * weighted
+    in-degree of the destination), on the converted graph."""
+    if edge_weight.dim() > 1:
+        raise dgl.DGLError("Currently the normalization is only defined on scalar edge weight. Please customize the "
+                           "normalization for your high-dimensional weights.")
+    message = ('Non-positive edge weight detected with `norm="both"`. This leads to square root of zero or negative '
+               "values.")
+    if torch.compiler.is_compiling():
+        torch._assert_async((edge_weight > 0).all(), message.replace('"', "'"))  # inductor does not escape " in C++
+    elif bool((edge_weight <= 0).any()):
+        raise dgl.DGLError(message)
+    src, dst = g.endpoints()
+    out_weight = edge_weight.new_zeros(g.num_src).index_add(0, src, edge_weight)
+    in_weight = edge_weight.new_zeros(g.num_dst).index_add(0, dst, edge_weight)
+    return torch.pow(out_weight, -0.5)[src] * torch.pow(in_weight, -0.5)[dst] * edge_weight
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -105,11 +168,12 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch.Tensor:
     """out_v = sum_e w[e] * x[u]; weights of any other shape broadcast per edge, as DGL's u_mul_e."""
     if edge_weight is not None and edge_weight.numel() != g.num_edges:
+        # weights of other shapes than the prebuilt kernels': the same program, compiled for them
         return programs.weighted_sum(True, declared=False)(g, x=x, w=edge_weight.to(x.dtype))
     feats = {"x": _rows(x)}
     if edge_weight is not None:
         feats["w"] = edge_weight.reshape(g.num_edges).to(x.dtype)
-    return programs.weighted_sum("w" in feats)(g, **feats).view(g.num_dst, *x.shape[1:])
+    return programs.WEIGHTED_SUM(g, **feats)[0].view(g.num_dst, *x.shape[1:])
 
 
 class GraphConv(_DGLGraphConv):
@@ -118,20 +182,24 @@ class GraphConv(_DGLGraphConv):
 
     def forward(self, graph, feat, weight=None, edge_weight=None):
         programs.check_features("dgl.GraphConv", feat)
-        _check_in_degrees(self, graph)
-        feat_src, feat_dst = dgl.utils.expand_as_pair(feat, graph)
-        if edge_weight is not None and edge_weight.shape[0] != graph.num_edges():
-            raise ValueError(f"'edge_weight' must have one value per edge ({graph.num_edges()}), "
+        converted = _converted(graph)
+        _check_in_degrees(self, converted)
+        g = converted.graph
+        if isinstance(feat, tuple):  # as dgl.utils.expand_as_pair
+            feat_src, feat_dst = feat
+        else:
+            feat_src, feat_dst = feat, feat[:g.num_dst] if converted.is_block else feat
+        if edge_weight is not None and edge_weight.shape[0] != g.num_edges:
+            raise ValueError(f"'edge_weight' must have one value per edge ({g.num_edges}), "
                              f"got shape {tuple(edge_weight.shape)}")
         if self._norm in ("left", "both"):
-            feat_src = feat_src * _degree_norm(graph.out_degrees(), feat_src, self._norm)
+            feat_src = feat_src * _degree_norm(_degrees(g.out_indptr), feat_src, self._norm)
         if weight is not None:
             if self.weight is not None:
                 raise dgl.DGLError("External weight is provided while at the same time the module has defined its "
                                    "own weight parameter. Please create the module with flag weight=False.")
         else:
             weight = self.weight
-        g = as_graph(graph)
 
         if self._in_feats > self._out_feats:  # multiply first when that makes the messages narrower, as DGL
             rst = _weighted_sum(g, torch.matmul(feat_src, weight) if weight is not None else feat_src, edge_weight)
@@ -140,7 +208,7 @@ class GraphConv(_DGLGraphConv):
             if weight is not None:
                 rst = torch.matmul(rst, weight)
         if self._norm in ("right", "both"):
-            rst = rst * _degree_norm(graph.in_degrees(), feat_dst, self._norm)
+            rst = rst * _degree_norm(_degrees(g.in_indptr), feat_dst, self._norm)
         if self.bias is not None:
             rst = rst + self.bias
         if self._activation is not None:
@@ -154,16 +222,16 @@ class APPNPConv(_DGLAPPNPConv):
 
     def forward(self, graph, feat, edge_weight=None):
         programs.check_features("dgl.APPNPConv", feat)
-        g = as_graph(graph)
+        g = _converted(graph).graph
         if g.num_src != g.num_dst:  # DGL's own layer fails on blocks with an AssertionError
             raise dgl.DGLError(f"APPNPConv propagates K steps over one set of vertices, but the graph has {g.num_src} "
                                f"source and {g.num_dst} destination vertices (a block or bipartite graph); "
                                "pass a homogeneous graph")
         if edge_weight is None:
-            src_norm = _degree_norm(graph.out_degrees(), feat, "both").view(-1, 1)
-            dst_norm = _degree_norm(graph.in_degrees(), feat, "both").view(-1, 1)
+            src_norm = _degree_norm(_degrees(g.out_indptr), feat, "both").view(-1, 1)
+            dst_norm = _degree_norm(_degrees(g.in_indptr), feat, "both").view(-1, 1)
         else:
-            edge_weight = EdgeWeightNorm("both")(graph, edge_weight)
+            edge_weight = _edge_weight_norm(g, edge_weight)
         alpha = feat.new_tensor(self._alpha)
         feat_0 = h = _rows(feat)
         for _ in range(self._k):
@@ -175,8 +243,8 @@ class APPNPConv(_DGLAPPNPConv):
                 feats["w"] = w.reshape(g.num_edges).to(feat.dtype)
             if edge_weight is None:
                 # (1 - alpha) * (sum * dst_norm) + alpha * h: fold dst_norm into the teleport split
-                out = programs.weighted_sum("w" in feats)(g, **feats)
+                out = programs.WEIGHTED_SUM(g, **feats)[0]
                 h = (1 - alpha) * out * dst_norm + alpha * feat_0
             else:
-                h = programs.appnp_step(True, alpha)(g, h=feat_0, **feats)
+                h = programs.APPNP_STEP(g, h=feat_0, alpha=alpha, keep=1 - alpha, **feats)[0]
         return h.view(feat.shape)

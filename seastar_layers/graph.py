@@ -6,8 +6,10 @@ import operator
 import threading
 import weakref
 from collections import OrderedDict
+from typing import Optional
 
 import torch
+from torch import Tensor
 
 
 class Graph:
@@ -47,14 +49,17 @@ class Graph:
         graph._assign(arrays, num_src, num_dst)
         return graph
 
-    def _assign(self, arrays, num_src: int, num_dst: int) -> None:
+    def _assign(self, arrays, num_src: int, num_dst: int, listed: torch.Tensor | None = None) -> None:
         self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid = arrays
         self.num_src, self.num_dst = num_src, num_dst
+        self.listed = listed  # which edge slots belong to rows, where some do not (see csr_layouts)
         self._degree_cache: dict[torch.dtype, torch.Tensor] = {}
         self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._derived: dict = {}
 
     @property
     def num_edges(self) -> int:
+        """Edge slots: per-edge tensors have one row each (all are edges unless `listed` says otherwise)."""
         return self.in_src.numel()
 
     @property
@@ -73,9 +78,22 @@ class Graph:
 
     def row_orders(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._orders is None:
-            self._orders = tuple(torch.argsort(indptr[1:] - indptr[:-1], descending=True, stable=True)
-                                 for indptr in (self.in_indptr, self.out_indptr))
+            self._orders = (heaviest_first(self.in_indptr), heaviest_first(self.out_indptr))
         return self._orders
+
+    def endpoints(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The source and the destination of every edge slot, by edge id (sizes follow from the graph's)."""
+        positions = torch.arange(self.num_edges, device=self.device)
+        rows = torch.searchsorted(self.in_indptr, positions, right=True) - 1
+        src = torch.empty_like(self.in_src).scatter_(0, self.in_eid, self.in_src)
+        return src, torch.empty_like(rows).scatter_(0, self.in_eid, rows)
+
+    def derived(self, key, make):
+        """make(), a value that follows from this graph alone (e.g. a layer's normalisation weights),
+        made once per graph and key: the graph caches hold the graph as long as its source lives."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def in_degree(self, dtype: torch.dtype) -> torch.Tensor:
         """In-degree of every destination as a (num_dst,) tensor of dtype, cached."""
@@ -95,19 +113,28 @@ class Graph:
             raise ValueError(f"'edge_index' must have shape (2, E), got {tuple(edge_index.shape)}")
         if edge_index.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"'edge_index' must hold int32 or int64 indices, got {edge_index.dtype}")
-        edge_index = edge_index.to(torch.int64)
-        src, dst = edge_index[0].contiguous(), edge_index[1].contiguous()
-        if edge_index.numel() and int(edge_index.min()) < 0:
-            raise ValueError("Found negative indices in 'edge_index'; vertex indices start at 0")
         num_src, num_dst = _sizes(edge_index, size)
-        for name, idx, n in (("source (row 0)", src, num_src), ("destination (row 1)", dst, num_dst)):
-            if idx.numel() and int(idx.max()) >= n:
-                raise ValueError(f"Found {name} indices in 'edge_index' that are larger than {n - 1} (got "
-                                 f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
-        in_indptr, in_eid = _csr(dst, num_dst)
-        out_indptr, out_eid = _csr(src, num_src)
-        return cls._from_checked((in_indptr, src[in_eid].contiguous(), in_eid, out_indptr, dst[out_eid].contiguous(),
-                                  out_eid), num_src, num_dst)
+        return cls.from_edges(edge_index[0], edge_index[1], num_src, num_dst)
+
+    @classmethod
+    def from_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int,
+                   listed: torch.Tensor | None = None) -> "Graph":
+        """From edges src[k] -> dst[k] (1-d integer tensors); where `listed` is given, only the edges
+        it marks belong to rows (csr_layouts). Inside a traced model (torch.compile, torch.export)
+        the index checks are asserts the compiled graph runs."""
+        src, dst = src.to(torch.int64), dst.to(torch.int64)
+        if torch.compiler.is_compiling():
+            check_edges(src, dst, num_src, num_dst)
+        else:
+            if src.numel() and min(int(src.min()), int(dst.min())) < 0:
+                raise ValueError("Found negative indices in 'edge_index'; vertex indices start at 0")
+            for name, idx, n in (("source (row 0)", src, num_src), ("destination (row 1)", dst, num_dst)):
+                if idx.numel() and int(idx.max()) >= n:
+                    raise ValueError(f"Found {name} indices in 'edge_index' that are larger than {n - 1} (got "
+                                     f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
+        graph = cls._from_checked(csr_layouts(src, dst, num_src, num_dst, listed), num_src, num_dst)
+        graph.listed = listed
+        return graph
 
     @classmethod
     def from_sorted_edge_index(cls, edge_index, size) -> Graph:
@@ -167,12 +194,57 @@ def _sizes(edge_index: torch.Tensor, size) -> tuple[int, int]:
     return num_src, num_dst
 
 
-def _csr(keys: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def csr_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Optional[Tensor] = None) -> list[Tensor]:
+    """Both CSR layouts of the int64 edges src[k] -> dst[k], in the order Graph.tensors() gives them.
+
+    Built with ops whose output sizes follow from their input sizes (a stable argsort, then
+    searchsorted for the row pointers), so torch.compile, torch.export and TorchScript trace it
+    whole. Edges where `listed` is False stay in the arrays, after every row's edges, but belong
+    to no row: kernels never visit them (the layers drop self-loops this way without a
+    data-dependent size), so their values must still be valid indices."""
+    in_indptr, in_eid = _csr(dst, num_dst, listed)
+    out_indptr, out_eid = _csr(src, num_src, listed)
+    return [in_indptr, src[in_eid], in_eid, out_indptr, dst[out_eid], out_eid]
+
+
+def graph_tensors(src: Tensor, dst: Tensor, num_src: int, num_dst: int,
+                  listed: Optional[Tensor] = None) -> list[Tensor]:
+    """Graph.from_edges(...).tensors() for the graph's device, built whole on every call and
+    TorchScript-compatible: what a scripted layer passes its op."""
+    src, dst = src.to(torch.int64), dst.to(torch.int64)
+    check_edges(src, dst, num_src, num_dst)
+    arrays = csr_layouts(src, dst, num_src, num_dst, listed)
+    if src.is_cuda:
+        arrays += [heaviest_first(arrays[0]), heaviest_first(arrays[3])]
+    return arrays
+
+
+def check_edges(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> None:
+    """That every index is a vertex, in a traced or scripted model, where Graph.from_edges' checks
+    (with messages naming the index) cannot run: an assert the compiled graph runs without waiting
+    for the device; in TorchScript, which drops such asserts, a check."""
+    in_range = ((src >= 0) & (src < num_src)).all() & ((dst >= 0) & (dst < num_dst)).all()
+    message = "Found indices in 'edge_index' that are negative or not smaller than the number of vertices; pass " \
+              "edges between the vertices"
+    if torch.jit.is_scripting():
+        if not bool(in_range):
+            raise ValueError(message)
+    else:
+        torch._assert_async(in_range, message)
+
+
+def heaviest_first(indptr: Tensor) -> Tensor:
+    """The rows of a CSR by degree, heaviest first (GPU kernels take rows in this order, so hubs
+    start early, not last)."""
+    return torch.argsort(indptr[1:] - indptr[:-1], descending=True, stable=True)
+
+
+def _csr(keys: Tensor, n: int, listed: Optional[Tensor]) -> tuple[Tensor, Tensor]:
     """indptr over n rows and the stable permutation that sorts the edges by key."""
-    perm = torch.sort(keys, stable=True).indices
-    counts = torch.bincount(keys, minlength=n)
-    indptr = torch.zeros(n + 1, dtype=torch.int64, device=keys.device)
-    torch.cumsum(counts, 0, out=indptr[1:])
+    if listed is not None:
+        keys = torch.where(listed, keys, n)  # after every row: counted by no indptr entry
+    perm = torch.argsort(keys, stable=True)
+    indptr = torch.searchsorted(keys[perm], torch.arange(n + 1, dtype=keys.dtype, device=keys.device))
     return indptr, perm
 
 
@@ -193,7 +265,8 @@ class _GraphCache:
         self.builds = 0  # tests read it to prove a second forward does not rebuild
 
     def get(self, obj, key: tuple, build, stamp=None) -> "Graph":
-        full_key = (id(obj), key)
+        # tensors made in inference mode cannot be saved for a backward outside it: one graph for each
+        full_key = (id(obj), key, torch.is_inference_mode_enabled())
         with self._lock:
             entry = self._entries.get(full_key)
             if entry is not None and entry[0]() is obj and entry[1] == stamp:
@@ -233,13 +306,16 @@ def _fingerprint(t: torch.Tensor) -> int:
     """A 64-bit hash of an index array: its 64-bit words times fixed random odd weights, summed mod
     2**64. Changing one index always changes it; an edit whose changes are all multiples of 2**k
     goes unseen with a chance of about 2**(k - 63). It reads the array once: about 45 ms for a
-    (2, 10M) edge_index on 2 cores, where the cheapest program over that graph takes 400 ms.
+    (2, 10M) edge_index on 2 cores, where the cheapest program over that graph takes 400 ms. An
+    array of one block or less on the CPU is hashed by its bytes (exact, and a few microseconds).
     Index arrays of a sparse layout are hashed each, then combined."""
     if t.layout != torch.strided:
         parts = {torch.sparse_coo: lambda: [t._indices()],
                  torch.sparse_csr: lambda: [t.crow_indices(), t.col_indices()],
                  torch.sparse_csc: lambda: [t.ccol_indices(), t.row_indices()]}[t.layout]()
         return hash(tuple(_fingerprint(p) for p in parts))
+    if t.device.type == "cpu" and t.numel() <= _FINGERPRINT_BLOCK:
+        return hash(t.contiguous().numpy().tobytes())  # exactly the bytes: cheaper than the products below
     flat = t.reshape(-1)
     if flat.dtype == torch.int32 and flat.numel() % 2 == 0 and flat.storage_offset() % 2 == 0:
         flat = flat.view(torch.int64)  # pairs of indices as one word: converting would cost more than hashing

@@ -187,6 +187,28 @@ def test_second_forward_does_not_rebuild_the_graph():
     assert graph_cache.builds == before + 1
 
 
+@pytest.mark.parametrize("name", ["GCNConv", "APPNP"])
+def test_normalisation_is_kept_with_the_graph_and_follows_its_edits(name, monkeypatch):
+    """Without edge weights gcn_norm follows from the graph alone: computed once per cached graph
+    (and dtype), and again when the edges change; the outputs stay PyG's."""
+    kwargs = {"in_channels": F_IN, "out_channels": 3} if name == "GCNConv" else {"K": 3, "alpha": 0.1}
+    ref, ours = pair(name, **kwargs)
+    x, ei = data()
+    calls = []
+    original = sl.nn.edges.gcn_weights
+    monkeypatch.setattr(sl.nn.edges, "gcn_weights", lambda *a: calls.append(1) or original(*a))
+    for _ in range(2):
+        torch.testing.assert_close(ours(x, ei), ref(x, ei))
+    assert len(calls) == 1
+    ei[0, 0] = (ei[0, 0] + 1) % x.shape[0]  # an edit: a new graph, a new normalisation
+    torch.testing.assert_close(ours(x, ei), ref(x, ei))
+    assert len(calls) == 2
+    for _ in range(2):  # edge weights may change between calls: normalised on each
+        w = torch.rand(ei.shape[1])
+        torch.testing.assert_close(ours(x, ei, w), ref(x, ei, w))
+    assert len(calls) == 4
+
+
 def test_no_silent_fallback_in_common_paths():
     _, ours = pair("GATConv", in_channels=F_IN, out_channels=3, heads=2, edge_dim=2)
     x, ei = data()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..compiler import CompiledProgram, compile
+from ..codegen.torch_entry import OpFamily
+from ..runtime import library
 
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -68,38 +70,35 @@ def weighted_sum(with_weight: bool, declared: bool = True) -> CompiledProgram:
     return compile(weighted_sum, shapes=_declared(["x"] + ["w"] * with_weight, SUM_SHAPES))
 
 
-def appnp_step(with_weight: bool, alpha: torch.Tensor) -> CompiledProgram:
-    """out_v = (1 - alpha) * sum_e w[e] * x[u] + alpha * h[v]: one power-iteration step of APPNP."""
+def appnp_step(with_weight: bool, alpha: torch.Tensor, keep: torch.Tensor) -> CompiledProgram:
+    """out_v = keep * sum_e w[e] * x[u] + alpha * h[v] with keep = 1 - alpha: one power-iteration step
+    of APPNP (the caller computes keep, so the op's parameters are plain inputs)."""
 
     def appnp_step(v):
-        return (1 - alpha) * sum((e.w if with_weight else 1) * e.src.x for e in v.inedges) + alpha * v.h
+        return keep * sum((e.w if with_weight else 1) * e.src.x for e in v.inedges) + alpha * v.h
 
     return compile(appnp_step, shapes=_declared(["x", "h"] + ["w"] * with_weight, SUM_SHAPES))
+
+
+# one full shape (rows first) per feature, for compiling: the shapes are declared, so only which
+# rows a feature has matters (3 vertices, 4 edges)
+N, E = 3, 4
+GAT_ATTENTION = OpFamily(gat_attention, required=("a_src", "x"), params=("slope",),
+                         optional=(("a_dst", "with_dst"), ("a_edge", "with_edge"), ("mask", "with_dropout")),
+                         switches=("with_attention",),
+                         example={"a_src": (N, 2, 1), "x": (N, 2, 3), "a_dst": (N, 2, 1), "a_edge": (E, 2, 1),
+                                  "mask": (E, 2, 1)})
+WEIGHTED_SUM = OpFamily(weighted_sum, required=("x",), params=(), optional=(("w", "with_weight"),),
+                        example={"x": (N, 3), "w": (E,)})
+APPNP_STEP = OpFamily(appnp_step, required=("x", "h"), params=("alpha", "keep"), optional=(("w", "with_weight"),),
+                      example={"x": (N, 3), "h": (N, 3), "w": (E,)})
+FAMILIES = (GAT_ATTENTION, WEIGHTED_SUM, APPNP_STEP)
+library.register(FAMILIES)
 
 
 def prebuilt_variants():
     """(program, example features) for every specialisation the layers can ask for: every option, in
     every dtype (the shapes are declared, so the example sizes do not matter)."""
-    n, e, heads, channels = 3, 4, 2, 3
-    for dtype in DTYPES:
-        scalar = torch.zeros((), dtype=dtype)
-
-        def t(*shape):
-            return torch.zeros(*shape, dtype=dtype)
-
-        for with_dst in (True, False):
-            for with_edge in (True, False):
-                for with_dropout in (True, False):
-                    feats = {"a_src": t(n, heads, 1), "x": t(n, heads, channels)}
-                    if with_dst:
-                        feats["a_dst"] = t(n, heads, 1)
-                    if with_edge:
-                        feats["a_edge"] = t(e, heads, 1)
-                    if with_dropout:
-                        feats["mask"] = t(e, heads, 1)
-                    for with_attention in (False, True):
-                        yield gat_attention(with_dst, with_edge, with_dropout, scalar, with_attention), feats
-        for with_weight in (False, True):
-            feats = {"x": t(n, channels)} | ({"w": t(e)} if with_weight else {})
-            yield weighted_sum(with_weight), feats
-            yield appnp_step(with_weight, scalar), dict(feats, h=t(n, channels))
+    for family in FAMILIES:
+        for _, _, program, features in family.variants():
+            yield program, features

@@ -6,8 +6,8 @@ and everything that touches edges runs as one fused vertex program.
 """
 from __future__ import annotations
 
-import math
 import warnings
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -17,11 +17,12 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import torch_sparse
-from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
+from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops, scatter
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ..graph import Graph, as_graph
-from . import programs
+from ..graph import Graph, as_graph, graph_tensors
+from ..runtime import library
+from . import edges, programs
 
 _warned: set[tuple[str, str]] = set()
 
@@ -53,17 +54,33 @@ def _unfused_reason(layer: MessagePassing) -> str | None:
     return None
 
 
-def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int) -> Tensor | None:
+def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int, input_edges: int) -> Tensor | None:
     """In explain mode PyG multiplies every message by its edge's mask (PyG's explain_message:
-    sigmoid, self-loops the layer added at 1). The same factor, one per propagated edge in edge
-    order, is fused as an edge weight; gradients reach the mask through it."""
+    sigmoid, self-loops the layer added at 1). The same factor, one per edge slot, is fused as an
+    edge weight; gradients reach the mask through it. The mask covers the `input_edges` the user
+    gave; self-loop slots the layer appended after them (nn/edges.py) get 1, as in PyG."""
     if not layer.explain:
         return None
     shape = [1] * message_dims
-    shape[layer.node_dim] = graph.num_edges
+    shape[layer.node_dim] = input_edges
     ones = torch.ones(shape, dtype=layer._edge_mask.dtype if layer._edge_mask is not None else torch.float32,
                       device=graph.device)
-    return layer.explain_message(ones, graph.num_dst).reshape(graph.num_edges)
+    factor = layer.explain_message(ones, graph.num_dst).reshape(input_edges)
+    return torch.cat([factor, factor.new_ones(graph.num_edges - input_edges)])
+
+
+def _edge_dropout(values: Tensor, p: float, listed: Optional[Tensor]) -> Tensor:
+    """F.dropout of per-slot values as PyG's layer draws it: over its own edges (the `listed` slots,
+    in its order), so that the same seed gives the same masks. Inside a traced or scripted model,
+    where their number is data-dependent, over every slot (the same distribution, not PyG's draws)."""
+    if torch.jit.is_scripting():
+        return F.dropout(values, p=p)
+    else:
+        if listed is None or torch.compiler.is_compiling():
+            return F.dropout(values, p=p)
+        dropped = torch.zeros_like(values)
+        dropped[listed] = F.dropout(values[listed], p=p)
+        return dropped
 
 
 def _edge_list(edge_index, edge_weight=None):
@@ -101,19 +118,22 @@ def _check_flow(layer: MessagePassing, edge_index) -> None:
                          'module, e.g., `adj_t.t()`.')
 
 
-def _message_graph(layer: MessagePassing, source, size: tuple[int, int], key: tuple = (), process=None) -> Graph:
-    """The graph messages travel along, cached per user graph object: the edges of `process(source)`
-    (self-loops, normalisation; a sparse adjacency stays one, so its edges keep PyG's order),
-    reversed for flow="target_to_source". size is (senders, receivers)."""
+def _message_graph(layer: MessagePassing, source, slots, size: tuple[int, int], key: tuple = ()) -> Graph:
+    """The graph messages travel along: the edge slots (src, dst, listed) = slots() that `source`,
+    the user's graph object, gives after the layer's processing (`key` names it; nn/edges.py),
+    reversed for flow="target_to_source"; size is (senders, receivers). Built once per graph
+    object and processing (slots() runs only then); inside a traced model, on every call, as part
+    of the compiled graph."""
     flip = layer.flow == "target_to_source"
-    if process is None and not flip and not _is_sparse(source):
+    compiling = torch.compiler.is_compiling()
+    if not key and not flip and not compiling and not _is_sparse(source):
         return as_graph(source, size)  # a sorted EdgeIndex brings its own CSR/CSC
 
-    def build(plain):
-        edges = _edge_list(process(plain) if process is not None else plain)[0]
-        return Graph.from_edge_index(edges.flip(0) if flip else edges, size)
+    def build(_=None):
+        src, dst, listed = slots()
+        return Graph.from_edges(dst if flip else src, src if flip else dst, *size, listed)
 
-    return as_graph(source, None, (layer.flow, size) + key, build)
+    return build() if compiling else as_graph(source, None, (layer.flow, size) + key, build)
 
 
 class _StockTemplates:
@@ -133,10 +153,29 @@ class _StockTemplates:
                 stock(*self._stock_example)
 
 
-def _check_static(layer: str, x: Tensor, in_channels) -> None:
+def _shape(x: Tensor) -> str:
+    """A tensor's shape as Python prints a tuple, for messages (also in TorchScript)."""
+    sizes = [str(d) for d in x.shape]
+    return "(" + ", ".join(sizes) + ("," if len(sizes) == 1 else "") + ")"
+
+
+def _check_static(x: Tensor) -> None:
     if x.dim() != 2:  # PyG asserts the same ("Static graphs not supported in 'GATConv'")
-        raise ValueError(f"{layer} expects node features of shape (N, {in_channels}), got {tuple(x.shape)}; "
-                         "like PyG's, it does not support static graphs (a batch axis before the vertex axis)")
+        raise ValueError("GATConv expects node features of shape (N, F), got " + _shape(x) + "; like PyG's, it does "
+                         "not support static graphs (a batch axis before the vertex axis)")
+
+
+def _not_scriptable(layer: MessagePassing, name: str) -> None:
+    """torch.jit.script(layer) scripts the fused path (each forward's scripted branch); what only
+    PyG's own message passing or Python can do is refused when scripting starts, by name."""
+    reason = _unfused_reason(layer)
+    if reason is None and layer.explain:
+        reason = "explain mode"
+    if reason is None and getattr(layer, "cached", False):
+        reason = "cached=True"
+    if reason is not None:
+        raise RuntimeError(f"seastar_layers.{name}: {reason} cannot be scripted (it runs PyG's own message passing or "
+                           f"a Python-side cache); script torch_geometric.nn.{name} for it, or drop the option")
 
 
 class GATConv(_StockTemplates, pyg_nn.GATConv):
@@ -145,7 +184,15 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
                "materialising the E x heads x channels message tensor.\n\n" + (pyg_nn.GATConv.__doc__ or ""))
     _stock_example = (1, 1)
 
-    def forward(self, x, edge_index, edge_attr=None, size=None, return_attention_weights=None):
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
+                edge_attr: Optional[Tensor] = None, size: Optional[Tuple[int, int]] = None,
+                return_attention_weights: Optional[bool] = None) -> Tensor:
+        if torch.jit.is_scripting():
+            return self._scripted(x, edge_index, edge_attr, size, return_attention_weights)
+        else:
+            return self._eager(x, edge_index, edge_attr, size, return_attention_weights)
+
+    def _eager(self, x, edge_index, edge_attr, size, return_attention_weights):
         unfused = _unfused_reason(self)
         if unfused is not None:
             _warn_once("GATConv", unfused)
@@ -162,89 +209,158 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             raise ValueError(f"GATConv returns attention weights on a torch sparse adjacency in COO or CSR layout, got "
                              f"{edge_index.layout} (PyG's GATConv refuses it too); pass adj_t.to_sparse_csr()")
         programs.check_features("GATConv", x)
-        H, C = self.heads, self.out_channels
-        res = None
-        # (senders, receivers) features, whichever the flow, as PyG's rendered propagate() reads them
-        if isinstance(x, Tensor):
-            _check_static("GATConv", x, self.in_channels)
-            if self.res is not None:
-                res = self.res(x)
-            if self.lin is not None:
-                x_src = x_dst = self.lin(x).view(-1, H, C)
-            else:
-                x_src, x_dst = self.lin_src(x).view(-1, H, C), self.lin_dst(x).view(-1, H, C)
-        else:
-            x_src, x_dst = x
-            _check_static("GATConv", x_src, self.in_channels)
-            if x_dst is not None and self.res is not None:
-                res = self.res(x_dst)
-            lin_src = self.lin if self.lin is not None else self.lin_src
-            lin_dst = self.lin if self.lin is not None else self.lin_dst
-            x_src = lin_src(x_src).view(-1, H, C)
-            x_dst = lin_dst(x_dst).view(-1, H, C) if x_dst is not None else None
-
-        a_src = (x_src * self.att_src).sum(-1, keepdim=True)
-        a_dst = (x_dst * self.att_dst).sum(-1, keepdim=True) if x_dst is not None else None
+        library.require()
+        x_src, x_dst, res = self._project(x)
         _check_flow(self, edge_index)
         plain, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
         _check_edge_index(plain)
         size = size if size is not None else sparse_size
-        num_src = x_src.size(0)
-        num_dst = size[1] if size is not None else (x_dst.size(0) if x_dst is not None else num_src)
-        # PyG adds self-loops to the vertices that are both sources and destinations
-        loops = min(size) if size is not None else min(num_src, x_dst.size(0) if x_dst is not None else num_src)
-        graph, edge_attr = self._graph(edge_index, plain, edge_attr, (num_src, num_dst), loops)
-
-        feats = {"a_src": a_src, "x": x_src}
-        if a_dst is not None:
-            feats["a_dst"] = a_dst
-        if edge_attr is not None and self.lin_edge is not None:
-            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
-            e = self.lin_edge(edge_attr).view(-1, H, C)
-            feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
+        num_dst = self._num_dst(x_src, x_dst, size)
+        loops = self._loops(x_src, x_dst, size)
+        key = ("gat-self-loops", loops) if self.add_self_loops else ()
+        graph = _message_graph(self, edge_index, lambda: self._slots(plain, loops), (x_src.size(0), num_dst), key)
+        edge_attr = self._with_loop_attr(edge_attr, plain, loops)
+        H = self.heads
         dropout = None
         if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
-            dropout = F.dropout(x_src.new_ones(graph.num_edges, H, 1), p=self.dropout)
-        explained = _explain_factor(self, graph, 3)
+            dropout = _edge_dropout(x_src.new_ones(graph.num_edges, H, 1), self.dropout, graph.listed)
+        explained = _explain_factor(self, graph, 3, plain.size(1))
         message_mask = dropout
         if explained is not None:
             explained = explained.to(x_src.dtype).view(-1, 1, 1)
             message_mask = explained.expand(graph.num_edges, H, 1) if dropout is None else dropout * explained
-        slope = x_src.new_tensor(self.negative_slope)
+        graph_tensors = graph.tensors(with_orders=graph.device.type == "cuda")
+        if not return_attention_weights:
+            return self._attend(graph_tensors, x_src, x_dst, res, edge_attr, message_mask, False)[0]
+        # PyG returns the attention after dropout; its explain mask scales the messages only
+        out, alpha = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, dropout, True)
+        if explained is not None:
+            out = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, message_mask, False)[0]
+        edges = _gat_self_loops(edge_index, loops) if self.add_self_loops else edge_index
+        return out, _attention_weights(edges, _in_pyg_order(alpha.view(-1, H), graph, _is_sparse(edge_index)))
 
-        def sweep(mask, with_attention=False):
-            given = feats if mask is None else dict(feats, mask=mask.contiguous())
-            # one dtype for the kernel: under autocast the scores come out float32 beside half features
-            given = {name: t.to(x_src.dtype) for name, t in given.items()}
-            prog = programs.gat_attention("a_dst" in given, "a_edge" in given, "mask" in given, slope, with_attention)
-            return prog(graph, **given)
+    def _scripted(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
+                  edge_attr: Optional[Tensor], size: Optional[Tuple[int, int]],
+                  return_attention_weights: Optional[bool]) -> Tensor:
+        if return_attention_weights is not None:
+            raise RuntimeError("seastar_layers.GATConv: return_attention_weights runs PyG's own GATConv, which "
+                               "cannot be scripted through seastar_layers; script torch_geometric.nn.GATConv for it")
+        if edge_index.is_sparse:
+            raise ValueError("a scripted seastar_layers.GATConv takes an edge_index of shape (2, E), not a sparse "
+                             "adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
+        x_src, x_dst, res = self._project(x)
+        num_dst = self._num_dst(x_src, x_dst, size)
+        loops = self._loops(x_src, x_dst, size)
+        src, dst, listed = self._slots(edge_index, loops)
+        if self.flow == "target_to_source":
+            src, dst = dst, src
+        graph = graph_tensors(src, dst, x_src.size(0), num_dst, listed)
+        edge_attr = self._with_loop_attr(edge_attr, edge_index, loops)
+        mask: Optional[Tensor] = None
+        if self.training and self.dropout > 0:
+            mask = _edge_dropout(torch.ones(graph[1].numel(), self.heads, 1, dtype=x_src.dtype, device=x_src.device),
+                                 self.dropout, listed)
+        return self._attend(graph, x_src, x_dst, res, edge_attr, mask, False)[0]
 
-        if return_attention_weights:
-            # PyG returns the attention after dropout; its explain mask scales the messages only
-            out, alpha = sweep(dropout, with_attention=True)
-            if explained is not None:
-                out = sweep(message_mask)
-        else:
-            out = sweep(message_mask)
+    def _project(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]]
+                 ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+        """(senders' features, receivers' features or None, residual or None), projected as PyG's
+        forward projects them, whichever the flow (as its rendered propagate() reads a pair)."""
+        H, C = self.heads, self.out_channels
+        res: Optional[Tensor] = None
+        if isinstance(x, Tensor):
+            _check_static(x)
+            if self.res is not None:
+                res = self.res(x)
+            if self.lin is not None:
+                x_src = self.lin(x).view(-1, H, C)
+                return x_src, x_src, res
+            return self.lin_src(x).view(-1, H, C), self.lin_dst(x).view(-1, H, C), res
+        x_src, x_dst = x[0], x[1]
+        _check_static(x_src)
+        if x_dst is not None and self.res is not None:
+            res = self.res(x_dst)
+        if self.lin is not None:
+            return self.lin(x_src).view(-1, H, C), None if x_dst is None else self.lin(x_dst).view(-1, H, C), res
+        return self.lin_src(x_src).view(-1, H, C), None if x_dst is None else self.lin_dst(x_dst).view(-1, H, C), res
+
+    def _num_dst(self, x_src: Tensor, x_dst: Optional[Tensor], size: Optional[Tuple[int, int]]) -> int:
+        if size is not None:
+            return size[1]
+        return x_dst.size(0) if x_dst is not None else x_src.size(0)
+
+    def _loops(self, x_src: Tensor, x_dst: Optional[Tensor], size: Optional[Tuple[int, int]]) -> int:
+        """How many self-loops PyG's GATConv adds (none without add_self_loops)."""
+        if not self.add_self_loops:
+            return 0
+        if size is not None:
+            return min(size[0], size[1])
+        return x_src.size(0) if x_dst is None else min(x_src.size(0), x_dst.size(0))
+
+    def _slots(self, plain: Tensor, loops: int) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        """(src, dst, listed) edge slots after PyG's self-loop handling (nn/edges.py)."""
+        if not self.add_self_loops:
+            return plain[0], plain[1], None
+        return edges.with_self_loops(plain[0], plain[1], loops)
+
+    def _with_loop_attr(self, edge_attr: Optional[Tensor], plain: Tensor, loops: int) -> Optional[Tensor]:
+        """The edge features per slot: the loops' filled as in PyG."""
+        if edge_attr is None or not self.add_self_loops:
+            return edge_attr
+        return torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
+
+    def _attend(self, graph: List[Tensor], x_src: Tensor, x_dst: Optional[Tensor], res: Optional[Tensor],
+                edge_attr: Optional[Tensor], mask: Optional[Tensor],
+                with_attention: bool) -> Tuple[Tensor, Optional[Tensor]]:
+        """Attention and aggregation in one op over the message graph's tensors, then PyG's head
+        merge, residual and bias; with_attention, also the attention per edge slot."""
+        H, C = self.heads, self.out_channels
+        a_src = (x_src * self.att_src).sum(-1, keepdim=True)
+        a_dst: Optional[Tensor] = None
+        if x_dst is not None:
+            a_dst = (x_dst * self.att_dst).sum(-1, keepdim=True)
+        a_edge: Optional[Tensor] = None
+        if edge_attr is not None and self.lin_edge is not None:
+            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+            a_edge = (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(-1, keepdim=True)
+        # one dtype for the kernel: under autocast the scores come out float32 beside half features
+        a_src = a_src.to(x_src.dtype)
+        if a_dst is not None:
+            a_dst = a_dst.to(x_src.dtype)
+        if a_edge is not None:
+            a_edge = a_edge.to(x_src.dtype)
+        if mask is not None:
+            mask = mask.to(x_src.dtype).contiguous()
+        slope = torch.full((), self.negative_slope, dtype=_compute_dtype(x_src.dtype), device=x_src.device)
+        results = torch.ops.seastar_layers.gat_attention(graph, a_src, x_src, slope, a_dst, a_edge, mask,
+                                                         with_attention)[0]
+        out = results[0]
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
         if self.bias is not None:
             out = out + self.bias
-        if return_attention_weights:
-            edges = _gat_self_loops(edge_index, loops) if self.add_self_loops else edge_index
-            return out, _attention_weights(edges, alpha.view(-1, H))
-        return out
+        return out, (results[1] if with_attention else None)
 
-    def _graph(self, edge_index, plain, edge_attr, size: tuple[int, int], loops: int):
-        if not self.add_self_loops:
-            return _message_graph(self, edge_index, size), edge_attr
-        graph = _message_graph(self, edge_index, size, ("gat-self-loops", loops),
-                               lambda source: _gat_self_loops(source, loops))
-        if edge_attr is not None:  # edge features follow the same removal and fill, as in PyG
-            ei, edge_attr = remove_self_loops(plain, edge_attr)
-            _, edge_attr = add_self_loops(ei, edge_attr, fill_value=self.fill_value, num_nodes=loops)
-        return graph, edge_attr
+    def __prepare_scriptable__(self):
+        _not_scriptable(self, "GATConv")
+        return self
+
+
+def _loop_attr(edge_attr: Tensor, plain: Tensor, loops: int,
+               fill_value: Union[float, int, Tensor, str, None]) -> Tensor:
+    """PyG's add_self_loops fill for the loops' edge features (compute_loop_attr), over the edges
+    it keeps: the others go to a spare row, dropped."""
+    shape = [loops] + list(edge_attr.shape[1:])
+    if fill_value is None:
+        return edge_attr.new_full(shape, 1.0)
+    if isinstance(fill_value, (int, float)):
+        return edge_attr.new_full(shape, float(fill_value))
+    if isinstance(fill_value, Tensor):
+        fill = fill_value.to(edge_attr.device, edge_attr.dtype)
+        return (fill if fill.dim() == edge_attr.dim() else fill.unsqueeze(0)).expand(shape).contiguous()
+    kept = (plain[0] != plain[1]) & (plain[1] < loops)
+    return scatter(edge_attr, torch.where(kept, plain[1], loops), 0, loops + 1, fill_value)[:loops]
 
 
 def _gat_self_loops(edge_index, num_nodes: int):
@@ -267,32 +383,56 @@ def _attention_weights(edges, alpha: Tensor):
     return edges, alpha
 
 
-def _num_vertices(layer: MessagePassing, name: str, x: Tensor) -> int:
-    if not -x.dim() <= layer.node_dim < x.dim():
-        raise ValueError(f"{name} reads vertices along node_dim={layer.node_dim}, but the node features have shape "
-                         f"{tuple(x.shape)}; pass (N, F) features, or (B, N, F) with node_dim=-2")
-    return x.size(layer.node_dim)
+def _in_pyg_order(alpha: Tensor, graph: Graph, sparse: bool) -> Tensor:
+    """Per-slot attention (nn/edges.py) in the order of the edges PyG's GATConv returns: the slots
+    it keeps, in order; of a sparse adjacency, row-major (its rows are the receivers)."""
+    if graph.listed is None:
+        return alpha
+    kept = graph.listed.nonzero().view(-1)
+    if sparse:
+        src, dst = graph.endpoints()
+        kept = kept[torch.argsort(dst[kept] * graph.num_src + src[kept], stable=True)]
+    return alpha[kept]
 
 
-def _vertex_rows(layer: MessagePassing, x: Tensor):
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the kernels compute in and take parameters in (float32 for half features)."""
+    return torch.float32 if dtype == torch.float16 or dtype == torch.bfloat16 else dtype
+
+
+def _num_vertices(name: str, node_dim: int, x: Tensor) -> int:
+    if not -x.dim() <= node_dim < x.dim():
+        raise ValueError(name + " reads vertices along node_dim=" + str(node_dim) + ", but the node features have "
+                         "shape " + _shape(x) + "; pass (N, F) features, or (B, N, F) with node_dim=-2")
+    return x.size(node_dim)
+
+
+def _to_rows(x: Tensor, node_dim: int) -> Tuple[Tensor, List[int], int]:
     """x as one row per vertex: PyG's node_dim axis first and every other axis folded into the
-    features (a batch of feature sets over one static graph is one wider feature set), and the
-    function that puts a result of the same layout back. A no-op for (N, F) features."""
-    axis = layer.node_dim % x.dim()
+    features (a batch of feature sets over one static graph is one wider feature set), and what
+    _from_rows needs to put a result of the same layout back. A no-op for (N, F) features."""
+    axis = node_dim % x.dim()
     moved = x.movedim(axis, 0)
-    features = moved.shape[1:]
-    return moved.reshape(moved.size(0), math.prod(features)), \
-        lambda out: out.reshape(out.size(0), *features).movedim(0, axis)
+    features = list(moved.shape[1:])
+    width = 1
+    for size in features:
+        width *= size
+    return moved.reshape(moved.size(0), width).contiguous(), features, axis
+
+
+def _from_rows(out: Tensor, features: List[int], axis: int) -> Tensor:
+    return out.reshape([out.size(0)] + features).movedim(0, axis)
 
 
 def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool):
-    """The graph messages travel along and its edge weights: gcn_norm's when the layer normalizes,
-    with PyG's cached=True semantics, and PyG's flow."""
+    """(graph messages travel along, its edge weights, the number of edges the user gave): gcn_norm's
+    weights when the layer normalizes, with PyG's cached=True semantics, and PyG's flow."""
     if layer.normalize and layer.cached and layer._cached_edge_index is not None:
         return layer._cached_edge_index
-    n = _num_vertices(layer, name, x)
+    n = _num_vertices(name, layer.node_dim, x)
     _check_flow(layer, edge_index)
-    if layer.normalize and _is_sparse(edge_index):
+    sparse = _is_sparse(edge_index)
+    if layer.normalize and sparse:
         # PyG normalises a sparse adjacency in its own way (self-loops added, not "remaining")
         normalized = gcn_norm(edge_index, None, n, improved, layer.add_self_loops, layer.flow, x.dtype)
         normalized = normalized[0] if isinstance(normalized, tuple) else normalized
@@ -300,21 +440,50 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
     else:
         ei, weight, _ = _edge_list(edge_index, edge_weight)
         _check_edge_index(ei)
-        if layer.normalize:
-            ei, weight = gcn_norm(ei, weight, n, improved, layer.add_self_loops, layer.flow, x.dtype)
-    if layer.normalize:
-        graph = _message_graph(layer, edge_index, (n, n), ("gcn", layer.add_self_loops), lambda _: ei)
-    else:
-        graph = _message_graph(layer, edge_index, (n, n))
-    result = (graph, weight)
+    with_loops = layer.normalize and layer.add_self_loops and not sparse
+
+    def slots():
+        return edges.with_self_loops(ei[0], ei[1], n) if with_loops else (ei[0], ei[1], None)
+
+    key = ("gcn", layer.add_self_loops) if layer.normalize else ()
+    graph = _message_graph(layer, edge_index, slots, (n, n), key)  # checks the indices first
+    if layer.normalize and not sparse:
+        def normalized_weights():
+            return edges.gcn_weights(*slots(), weight, n, improved, layer.flow == "source_to_target", x.dtype)
+
+        if weight is None and not torch.compiler.is_compiling():  # follows from the graph alone: once per graph
+            weight = graph.derived(("gcn_norm", improved, layer.flow, x.dtype), normalized_weights)
+        else:
+            weight = normalized_weights()
+    result = (graph, weight, ei.size(1))
     if layer.normalize and layer.cached:
         layer._cached_edge_index = result
     return result
 
 
-def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int) -> Tensor | None:
+def _scripted_propagation(layer_name: str, node_dim: int, x: Tensor, edge_index: Tensor,
+                          edge_weight: Optional[Tensor], normalize: bool, add_self_loops: bool, improved: bool,
+                          flow: str) -> Tuple[List[Tensor], Optional[Tensor], Optional[Tensor]]:
+    """_propagation in a scripted layer: (graph tensors, edge weights, listed slots), built on every call."""
+    if edge_index.is_sparse:
+        raise ValueError("a scripted seastar_layers." + layer_name + " takes an edge_index of shape (2, E), not a "
+                         "sparse adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
+    n = _num_vertices(layer_name, node_dim, x)
+    src, dst = edge_index[0], edge_index[1]
+    listed: Optional[Tensor] = None
+    if normalize and add_self_loops:
+        src, dst, listed = edges.with_self_loops(src, dst, n)
+    flip = flow == "target_to_source"
+    graph = graph_tensors(dst if flip else src, src if flip else dst, n, n, listed)
+    weight = edge_weight
+    if normalize:
+        weight = edges.gcn_weights(src, dst, listed, weight, n, improved, not flip, x.dtype)
+    return graph, weight, listed
+
+
+def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int, inputs: int) -> Tensor | None:
     """The per-edge multiplier of a weighted sum: the edge weights, times the explanation mask in explain mode."""
-    explained = _explain_factor(layer, graph, message_dims)
+    explained = _explain_factor(layer, graph, message_dims, inputs)
     if explained is None:
         return weight
     return explained if weight is None else weight * explained
@@ -325,7 +494,15 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
                "weighted-sum sweep.\n\n" + (pyg_nn.GCNConv.__doc__ or ""))
     _stock_example = (1, 1)
 
-    def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:
+        if torch.jit.is_scripting():
+            graph, weight, _ = _scripted_propagation("GCNConv", self.node_dim, x, edge_index, edge_weight,
+                                                     self.normalize, self.add_self_loops, self.improved, self.flow)
+            return self._weighted_sum(graph, x, weight)
+        else:
+            return self._eager(x, edge_index, edge_weight)
+
+    def _eager(self, x, edge_index, edge_weight):
         if isinstance(x, (tuple, list)):
             raise ValueError(f"'{self.__class__.__name__}' received a tuple of node features as input while this "
                              "layer does not support bipartite message passing. Please try other layers such as "
@@ -335,17 +512,23 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
             _warn_once("GCNConv", unfused)
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("GCNConv", x)
-        graph, weight = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
+        library.require()
+        graph, weight, inputs = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
+        weight = _edge_weights(self, graph, weight, x.dim(), inputs)
+        return self._weighted_sum(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight)
+
+    def _weighted_sum(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor]) -> Tensor:
         x = self.lin(x)
-        rows, restore = _vertex_rows(self, x)
-        feats = {"x": rows}
-        weight = _edge_weights(self, graph, weight, x.dim())
-        if weight is not None:
-            feats["w"] = weight.to(x.dtype)
-        out = restore(programs.weighted_sum("w" in feats)(graph, **feats))
+        rows, features, axis = _to_rows(x, self.node_dim)
+        out = torch.ops.seastar_layers.weighted_sum(graph, rows, None if weight is None else weight.to(x.dtype))[0][0]
+        out = _from_rows(out, features, axis)
         if self.bias is not None:
             out = out + self.bias
         return out
+
+    def __prepare_scriptable__(self):
+        _not_scriptable(self, "GCNConv")
+        return self
 
 
 class APPNP(_StockTemplates, pyg_nn.APPNP):
@@ -353,25 +536,43 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
                "mixes in the teleport term.\n\n" + (pyg_nn.APPNP.__doc__ or ""))
     _stock_example = (1, 0.0)
 
-    def forward(self, x: Tensor, edge_index, edge_weight=None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:
+        if torch.jit.is_scripting():
+            graph, weight, listed = _scripted_propagation("APPNP", self.node_dim, x, edge_index, edge_weight,
+                                                          self.normalize, self.add_self_loops, False, self.flow)
+            return self._steps(graph, x, weight, None, listed)
+        else:
+            return self._eager(x, edge_index, edge_weight)
+
+    def _eager(self, x, edge_index, edge_weight):
         unfused = _unfused_reason(self)
         if unfused is not None:
             _warn_once("APPNP", unfused)
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("APPNP", x)
-        graph, weight = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
-        explained = _explain_factor(self, graph, x.dim())
-        rows, restore = _vertex_rows(self, x)
-        alpha = x.new_tensor(self.alpha)
-        h = out = rows
+        library.require()
+        graph, weight, inputs = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
+        explained = _explain_factor(self, graph, x.dim(), inputs)
+        return self._steps(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight, explained, graph.listed)
+
+    def _steps(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], explained: Optional[Tensor],
+               listed: Optional[Tensor]) -> Tensor:
+        """K steps of out = keep * sum_e w[e] * out[u] + alpha * h, each one op, with fresh edge dropout."""
+        rows, features, axis = _to_rows(x, self.node_dim)
+        alpha = torch.full((), self.alpha, dtype=_compute_dtype(x.dtype), device=x.device)
+        keep = 1 - alpha
+        out = rows
         for _ in range(self.K):
             w = weight
             if self.dropout > 0 and self.training:
-                w = F.dropout(rows.new_ones(graph.num_edges) if w is None else w, p=self.dropout)
+                w = _edge_dropout(torch.ones(graph[1].numel(), dtype=x.dtype, device=x.device) if w is None else w,
+                                  self.dropout, listed)
             if explained is not None:
                 w = explained if w is None else w * explained
-            feats = {"x": out, "h": h}
-            if w is not None:
-                feats["w"] = w.to(x.dtype)
-            out = programs.appnp_step("w" in feats, alpha)(graph, **feats)
-        return restore(out)
+            out = torch.ops.seastar_layers.appnp_step(graph, out, rows, alpha, keep,
+                                                      None if w is None else w.to(x.dtype))[0][0]
+        return _from_rows(out, features, axis)
+
+    def __prepare_scriptable__(self):
+        _not_scriptable(self, "APPNP")
+        return self

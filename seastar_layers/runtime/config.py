@@ -67,3 +67,25 @@ def emulate_cuda() -> bool:
     """SEASTAR_EMULATE_CUDA=1: run programs on CPU tensors through the CUDA dialect, compiled against the
     CPU emulation of CUDA's execution model (for testing GPU kernels on machines without a GPU)."""
     return _flag("SEASTAR_EMULATE_CUDA")
+
+
+def force_cuda() -> bool:
+    """FORCE_CUDA=1: setup.py builds the CUDA kernels into the extension (an error if it cannot)."""
+    return _flag("FORCE_CUDA")
+
+
+def force_only_cpu() -> bool:
+    """FORCE_ONLY_CPU=1: setup.py builds the CPU kernels only, even where it could build CUDA ones."""
+    return _flag("FORCE_ONLY_CPU")
+
+
+def cuda_arch_list() -> str | None:
+    """TORCH_CUDA_ARCH_LIST: the GPU architectures setup.py builds CUDA kernels for (as torch's
+    extensions read it, e.g. "8.0;9.0+PTX")."""
+    return os.environ.get("TORCH_CUDA_ARCH_LIST") or None
+
+
+def extension_enabled() -> bool:
+    """SEASTAR_NO_EXTENSION=1: do not load seastar_layers._C (setup.py sets it while it builds the
+    extension, which it may overwrite); the layers then raise and custom programs use the JIT."""
+    return not _flag("SEASTAR_NO_EXTENSION")

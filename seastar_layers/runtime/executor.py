@@ -17,6 +17,15 @@ COMPUTE_DTYPE = {torch.float32: torch.float32, torch.float64: torch.float64,
                  torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
+SERIAL_WORK = 32768  # elements: torch's grain size (at::internal::GRAIN_SIZE)
+
+
+def threads_for(work: int) -> int:
+    """Threads for a CPU kernel touching `work` elements: one below torch's grain size, where a
+    parallel region costs more than the kernel (on a busy machine far more); as csrc/seastar_ops.h."""
+    return 1 if work < SERIAL_WORK else torch.get_num_threads()
+
+
 def rows(space: Space, num_src: int, num_dst: int, num_edges: int) -> int | None:
     return {Space.SRC: num_src, Space.DST: num_dst, Space.EDGE: num_edges, Space.PARAM: None}[space]
 
@@ -89,7 +98,7 @@ def run(entry: Entry, sched: Schedule, graph_tensors: list[torch.Tensor], sizes:
     graph = _GRAPH_ARRAY(*[t.data_ptr() if t is not None else None for t in graph_tensors])
     dim_array = (ctypes.c_int64 * max(len(dims), 1))(*dims)
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    rc = entry.fn(_SIZES(*sizes), dim_array, graph, pointers, numels, torch.get_num_threads(), stream)
+    rc = entry.fn(_SIZES(*sizes), dim_array, graph, pointers, numels, threads_for(sizes[2] + sum(numels)), stream)
     if rc > 0:
         buf = sched.buffers[rc - 1]
         raise ValueError(f"internal: the kernel entry refused buffer {buf.key!r} with {tensors[rc - 1].numel()} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import platform
+import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,8 @@ def cxx_identity() -> str:
 # (heavy) header quick to compile.
 EMULATION_FLAGS = ("-O1", "-std=c++17", "-fno-math-errno", "-ffp-contract=off")
 # --fmad=false: as -ffp-contract=off on the CPU, recomputed values must match bit for bit
-NVCC_FLAGS = ("-O3", "-std=c++17", "--fmad=false", "-Xcompiler", "-fPIC", "-shared", "-cudart", "shared")
+NVCC_COMPILE_FLAGS = ("-O3", "-std=c++17", "--fmad=false", "-Xcompiler", "-fPIC")
+NVCC_FLAGS = NVCC_COMPILE_FLAGS + ("-shared", "-cudart", "shared")
 
 
 @functools.lru_cache(maxsize=1)
@@ -147,3 +149,57 @@ def _cuda_toolchain(index: int) -> Toolchain:
 
     major, minor = torch.cuda.get_device_capability(index)
     return Toolchain("cuda", f"{major}{minor}")
+
+
+# -- the CUDA build of the extension (setup.py) ------------------------------------------------
+DEFAULT_CUDA_ARCHS = "8.0;9.0+PTX"  # A100, H100 (and PTX that newer GPUs compile when loading)
+
+
+def cuda_arch_flags(arch_list: str | None) -> list[str]:
+    """nvcc flags for an architecture list as TORCH_CUDA_ARCH_LIST spells it ("8.0;9.0+PTX", entries
+    separated by ";" or spaces; DEFAULT_CUDA_ARCHS when unset): real code for each, and PTX as well
+    for an entry marked +PTX."""
+    flags = []
+    for entry in (arch_list or DEFAULT_CUDA_ARCHS).replace(";", " ").split():
+        arch, ptx = (entry[:-4], True) if entry.upper().endswith("+PTX") else (entry, False)
+        if not re.fullmatch(r"\d+\.\d+a?", arch):
+            raise BuildError(f"TORCH_CUDA_ARCH_LIST={arch_list!r}: {entry!r} is not a compute capability; list them "
+                             f"as numbers, e.g. TORCH_CUDA_ARCH_LIST=\"{DEFAULT_CUDA_ARCHS}\"")
+        number = arch.replace(".", "")
+        flags += gencode(number)
+        if ptx:
+            flags += ["-gencode", f"arch=compute_{number},code=compute_{number}"]
+    return flags
+
+
+def toolkit_version() -> str | None:
+    """The CUDA toolkit's version ("13.0") from `nvcc --version`, or None where no nvcc runs."""
+    try:
+        text = subprocess.run([config.nvcc(), "--version"], capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    found = re.search(r"release (\d+\.\d+)", text)
+    return found.group(1) if found else None
+
+
+def build_cuda_kernels(torch_version: str, torch_cuda: str | None, toolkit: str | None) -> bool:
+    """Whether setup.py builds the CUDA kernels into the extension: never with FORCE_ONLY_CPU=1;
+    otherwise where torch is a CUDA build (torch_cuda, torch.version.cuda, is not None) and a CUDA
+    toolkit is found (toolkit, its version, is not None), which FORCE_CUDA=1 requires. Torch and the
+    toolkit must agree on CUDA's major version, or kernels built here would not load next to torch."""
+    if config.force_only_cpu():
+        return False
+    if torch_cuda is None and config.force_cuda():
+        raise BuildError(f"FORCE_CUDA=1 asks for CUDA kernels, but torch {torch_version} is a CPU build "
+                         "(torch.version.cuda is None); install a CUDA build of torch first, or unset FORCE_CUDA")
+    if toolkit is None and config.force_cuda():
+        raise BuildError(f"FORCE_CUDA=1 asks for CUDA kernels, but no CUDA toolkit was found ({config.nvcc()!r} does "
+                         "not run); set CUDA_HOME to the toolkit (e.g. CUDA_HOME=/usr/local/cuda), or unset FORCE_CUDA")
+    if torch_cuda is None or toolkit is None:
+        return False
+    if torch_cuda.split(".")[0] != toolkit.split(".")[0]:
+        raise BuildError(f"the CUDA toolkit ({config.nvcc()}) is CUDA {toolkit}, but torch {torch_version} was built "
+                         f"for CUDA {torch_cuda}; their major versions must match. Point CUDA_HOME at a CUDA "
+                         f"{torch_cuda.split('.')[0]} toolkit, install a torch built for CUDA {toolkit.split('.')[0]}, "
+                         "or build the CPU kernels only with FORCE_ONLY_CPU=1")
+    return True

@@ -1,0 +1,138 @@
+"""Per-call overhead: the layers on a tiny graph (10 vertices), where the kernels cost next to nothing
+and a call is almost all framework work, against PyG's and DGL's same layers.
+
+    python benchmarks/bench_overhead.py [--repeat 2000]
+
+Rows: a layer call in inference (eval, no grad) and forward+backward (train), in microseconds, and
+for ours the torch op alone (torch.ops.seastar_layers.*, its inputs prepared: argument and graph
+checks, choosing the kernel, allocating, the kernel) and the layer's work around it (layer - op).
+Ratios are to seastar's drop-in. Writes benchmarks/results/overhead.json.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import layer_constructors, machine, table, write_record  # noqa: E402
+
+import seastar_layers as sl  # noqa: E402
+from seastar_layers.compat import import_dgl  # noqa: E402
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    dgl = import_dgl()
+
+N, E, WIDTH = 10, 30, 16
+
+
+def per_call(fn, repeat: int) -> float:
+    """Median microseconds of fn() over `repeat` calls, in batches of 20 (timer resolution)."""
+    for _ in range(50):
+        fn()
+    batches = []
+    for _ in range(max(repeat // 20, 5)):
+        t = time.perf_counter()
+        for _ in range(20):
+            fn()
+        batches.append((time.perf_counter() - t) / 20)
+    return statistics.median(batches) * 1e6
+
+
+def settle(timeout: float = 30.0) -> None:
+    """Importing PyG starts background work (torch's compile workers) that loads the CPU for a few
+    seconds; on a 2-core machine a (10, 16) x (16, 64) matmul then takes 16 ms instead of 10 us, and
+    whichever layer runs first would carry it. Waits until such a matmul runs at its normal speed."""
+    a, b = torch.randn(10, 16), torch.randn(16, 64)
+    end = time.perf_counter() + timeout
+    while time.perf_counter() < end:
+        start = time.perf_counter()
+        for _ in range(10):
+            a @ b
+        if (time.perf_counter() - start) / 10 < 1e-3:
+            return
+        time.sleep(0.2)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=2000)
+    args = parser.parse_args()
+    gen = torch.Generator().manual_seed(0)
+    ei = torch.randint(0, N, (2, E), generator=gen)
+    x = torch.randn(N, WIDTH, generator=gen)
+    g = dgl.add_self_loop(dgl.remove_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=N)))
+    settle()
+    ops = {"GAT": op_call_gat, "GCN": op_call_weighted_sum, "APPNP": op_call_appnp}
+    rows = []
+    for layer, impls in layer_constructors(WIDTH, dgl).items():
+        for impl, make in impls.items():
+            module = make()
+            graph = g if "dgl" in impl else ei
+
+            def call(module=module, graph=graph, impl=impl):
+                return module(graph, x) if "dgl" in impl else module(x, graph)
+
+            module.eval()
+            with torch.no_grad():
+                inference = per_call(call, args.repeat)
+            module.train()
+            xg = x.clone().requires_grad_()
+
+            def step(module=module, graph=graph, impl=impl):
+                out = module(graph, xg) if "dgl" in impl else module(xg, graph)
+                out.sum().backward()
+
+            rows.append({"layer": layer, "impl": impl, "inference_us": round(inference, 1),
+                         "fwd_bwd_us": round(per_call(step, args.repeat // 4), 1)})
+        op = per_call(ops[layer](ei, x), args.repeat)
+        for row in rows[-len(impls):]:
+            if row["impl"].startswith("seastar"):
+                row["op_us"] = round(op, 1)
+                row["around_op_us"] = round(row["inference_us"] - op * (10 if layer == "APPNP" else 1), 1)
+        base = {r["impl"]: r for r in rows[-len(impls):]}
+        for row in rows[-len(impls):]:
+            ours = base["seastar-dgl" if "dgl" in row["impl"] else "seastar-pyg"]
+            row["inference_x"] = round(row["inference_us"] / ours["inference_us"], 2)
+            row["fwd_bwd_x"] = round(row["fwd_bwd_us"] / ours["fwd_bwd_us"], 2)
+    print(f"per-call time on a {N}-vertex, {E}-edge graph, width {WIDTH} (us; x: relative to seastar's drop-in)")
+    print(table(rows, ["layer", "impl", "inference_us", "inference_x", "fwd_bwd_us", "fwd_bwd_x", "op_us",
+                       "around_op_us"]))
+    print("APPNP runs K=10 ops per call; around_op_us subtracts all ten.")
+    path = write_record("overhead", {"machine": machine(), "graph": {"vertices": N, "edges": E, "width": WIDTH},
+                                     "rows": rows})
+    print(f"wrote {path}")
+
+
+def _graph(ei):
+    return sl.Graph.from_edge_index(ei, N).tensors()
+
+
+def op_call_gat(ei, x):
+    graph, gen = _graph(ei), torch.Generator().manual_seed(1)
+    a_src, a_dst, h = torch.randn(N, 8, 1, generator=gen), torch.randn(N, 8, 1, generator=gen), torch.randn(N, 8, 8)
+    slope = torch.tensor(0.2)
+    return lambda: torch.ops.seastar_layers.gat_attention(graph, a_src, h, slope, a_dst)
+
+
+def op_call_weighted_sum(ei, x):
+    graph, w = _graph(ei), torch.rand(E)
+    h = torch.randn(N, 64)
+    return lambda: torch.ops.seastar_layers.weighted_sum(graph, h, w)
+
+
+def op_call_appnp(ei, x):
+    graph, w = _graph(ei), torch.rand(E)
+    alpha = torch.tensor(0.1)
+    keep = 1 - alpha
+    return lambda: torch.ops.seastar_layers.appnp_step(graph, x, x, alpha, keep, w)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,514 @@
+// What the generated entry points of seastar_layers._C share (csrc/generated/registration.cpp, written
+// by seastar_layers/codegen/torch_entry.py): checking at::Tensor arguments, choosing the kernel variant
+// of their options and dtype, binding the declared sizes, allocating buffers, and calling the kernels' plain-C entries
+// (int seastar_<key>forward|backward(sizes, dims, graph, buffers, numels, num_threads, stream)).
+// The tables it reads are generated; this file holds everything that is the same for every op.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#ifdef SEASTAR_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace seastar {
+
+using KernelEntry = int (*)(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph,
+                            void* const* buffers, const int64_t* numels, int num_threads, void* stream);
+using ErrorEntry = const char* (*)();
+
+constexpr int kGraphArrays = 6;  // in-CSR (indptr, sources, edge ids), out-CSR (indptr, destinations, edge ids)
+constexpr int kGraphSlots = 8;   // and the destination and source rows heaviest first (GPU kernels; optional)
+constexpr int kMaxRank = 6;
+constexpr int64_t kSerialWork = 32768;  // elements: torch's grain size (at::internal::GRAIN_SIZE)
+
+enum class Rows : int8_t { kSrc, kDst, kEdge, kParam };
+
+// Where a kernel buffer comes from, or what it becomes.
+enum class From : int8_t {
+  kArgument,  // the op's argument `index` (a feature or a parameter)
+  kDegree,    // the in-degree of every destination, from the graph
+  kAdjoint,   // backward: the gradient arriving at result `index`
+  kSaved,     // backward: the forward's saved value `index`
+  kResult,    // forward: result `index` of the op
+  kSavedOut,  // forward: saved value `index`, returned for the backward
+  kGradient,  // backward: (part of) the gradient of argument `index`
+  kTemp,      // passed between the kernels of one program
+};
+
+struct Buffer {
+  From from;
+  int index;
+  Rows rows;
+  int rank;
+  int64_t shape[kMaxRank];  // each a size, or -1 - k for the run-time size s<k>
+  bool compute_type;        // in the compute type (float for half features) rather than the features' dtype
+  bool filled;              // a constant output the kernels do not write: `fill` everywhere
+  double fill;
+};
+
+struct Program {
+  KernelEntry run;
+  ErrorEntry last_error;
+  const Buffer* buffers;
+  int num_buffers;
+};
+
+// One specialisation: its key is the features' dtype and the options given (torch_entry.py: variant_key).
+struct Variant {
+  const char* key;
+  Program forward, backward;
+  int num_results, num_saved;
+  const char* const* dims;  // the declared names of the run-time sizes s0, s1, ...
+  int num_dims;
+};
+
+struct Family {
+  const char* op;  // "seastar_layers::<name>"
+  const char* const* arguments;  // the op's tensor arguments after the graph, in schema order
+  const bool* is_feature;        // else a parameter (0-d, in the compute type)
+  int num_arguments;
+  int first_optional;            // the arguments from here on are optional features
+  const char* const* switches;   // the op's bool arguments after the tensors (options without a tensor)
+  int num_switches;
+  const Variant* cpu;
+  int num_cpu;
+  const Variant* cuda;
+  int num_cuda;
+};
+
+using Arguments = std::vector<const at::Tensor*>;  // null: an optional argument not given
+using Switches = std::vector<bool>;
+
+inline const at::Tensor* given(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
+
+inline const char* dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    default: return nullptr;
+  }
+}
+
+// as Python spells it, for messages
+inline std::string torch_name(at::ScalarType t) {
+  if (const char* name = dtype_name(t)) return std::string("torch.") + name;
+  switch (t) {
+    case at::kLong: return "torch.int64";
+    case at::kInt: return "torch.int32";
+    case at::kBool: return "torch.bool";
+    default: return std::string("torch.") + c10::toString(t);
+  }
+}
+
+inline at::ScalarType compute_dtype(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
+}
+
+template <typename T>
+std::string str(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+// Every index a kernel reads must be in range: a wrong graph array raises instead of reading
+// outside the tensors. On the CPU this is one parallel pass; on a GPU, asynchronous device
+// asserts (as torch's own index ops), so the host never waits.
+class GraphCheck {
+ public:
+  GraphCheck(const char* op, at::TensorList graph) : op_(op), graph_(graph) {}
+
+  void in_range(int slot, int64_t lo, int64_t hi) const {
+    const at::Tensor& t = graph_[slot];
+    if (t.numel() == 0) return;
+    if (t.is_cpu()) {
+      const int64_t* p = t.data_ptr<int64_t>();
+      auto bad = at::parallel_reduce(
+          0, t.numel(), 1 << 16, int64_t(-1),
+          [&](int64_t begin, int64_t end, int64_t found) {
+            for (int64_t k = begin; k < end && found < 0; ++k)
+              if (p[k] < lo || p[k] >= hi) found = k;
+            return found;
+          },
+          [](int64_t a, int64_t b) { return a >= 0 ? a : b; });
+      TORCH_CHECK_VALUE(bad < 0, op_, ": graph[", slot, "] (", kNames[slot], ") holds ", p[bad], " at position ", bad,
+                        ", outside [", lo, ", ", hi, "); ", kFix);
+    } else {
+      at::_assert_async(at::logical_and(t >= lo, t < hi).all(),
+                        std::string(op_) + ": graph[" + str(slot) + "] (" + kNames[slot] + ") holds indices outside [" +
+                            str(lo) + ", " + str(hi) + "); " + kFix);
+    }
+  }
+
+  // indptr[0] == 0, non-decreasing, indptr[-1] == `last` (a graph may list fewer edges than its arrays hold)
+  void row_pointers(int slot, int64_t max_edges) const {
+    const at::Tensor& t = graph_[slot];
+    if (t.is_cpu()) {
+      const int64_t* p = t.data_ptr<int64_t>();
+      const int64_t n = t.numel();
+      auto bad = at::parallel_reduce(
+          1, n, 1 << 16, int64_t(-1),
+          [&](int64_t begin, int64_t end, int64_t found) {
+            for (int64_t k = begin; k < end && found < 0; ++k)
+              if (p[k] < p[k - 1]) found = k;
+            return found;
+          },
+          [](int64_t a, int64_t b) { return a >= 0 ? a : b; });
+      TORCH_CHECK_VALUE(p[0] == 0 && bad < 0 && p[n - 1] <= max_edges, op_, ": graph[", slot, "] (", kNames[slot],
+                        ") must start at 0, never decrease and end at most at the number of edges ", max_edges,
+                        "; it starts at ", p[0], bad < 0 ? "" : ", decreases at position " + str(bad), " and ends at ",
+                        p[n - 1], "; ", kFix);
+    } else {
+      std::string message = std::string(op_) + ": graph[" + str(slot) + "] (" + kNames[slot] +
+                            ") must start at 0, never decrease and end at most at the number of edges; " + kFix;
+      at::_assert_async(t[0] == 0, message);
+      at::_assert_async(t[-1] <= max_edges, message);
+      if (t.numel() > 1) at::_assert_async((t.slice(0, 1) >= t.slice(0, 0, -1)).all(), message);
+    }
+  }
+
+  void same_last(int a, int b) const {
+    const at::Tensor &x = graph_[a], &y = graph_[b];
+    std::string message = std::string(op_) + ": the two layouts (graph[" + str(a) + "] and graph[" + str(b) +
+                          "]) must list the same number of edges; " + kFix;
+    if (x.is_cpu()) {
+      TORCH_CHECK_VALUE(x.data_ptr<int64_t>()[x.numel() - 1] == y.data_ptr<int64_t>()[y.numel() - 1], message);
+    } else {
+      at::_assert_async(x[-1] == y[-1], message);
+    }
+  }
+
+  static constexpr const char* kNames[kGraphSlots] = {"in_indptr", "in_src", "in_eid", "out_indptr",
+                                                       "out_dst", "out_eid", "dst_order", "src_order"};
+  static constexpr const char* kFix = "pass the arrays of a seastar_layers.Graph (graph.tensors())";
+
+ private:
+  const char* op_;
+  at::TensorList graph_;
+};
+
+// One call of an op: its checked graph and arguments, the variant they select, and running it.
+class Call {
+ public:
+  Call(const Family& family, at::TensorList graph, Arguments args, Switches switches)
+      : f_(family), graph_(graph), args_(std::move(args)), switches_(std::move(switches)) {
+    check_graph();
+    check_arguments();
+    select_variant();
+    bind_dims(variant_->forward);
+    bind_dims(variant_->backward);
+  }
+
+  std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>> forward() {
+    std::vector<at::Tensor> results(variant_->num_results), saved(variant_->num_saved);
+    std::vector<at::Tensor> buffers = run(variant_->forward, {}, {});
+    for (int k = 0; k < variant_->forward.num_buffers; ++k) {
+      const Buffer& b = variant_->forward.buffers[k];
+      if (b.from == From::kResult) results[b.index] = buffers[k];
+      if (b.from == From::kSavedOut) saved[b.index] = buffers[k];
+    }
+    return {std::move(results), std::move(saved)};
+  }
+
+  // One gradient per argument given, in schema order.
+  std::vector<at::Tensor> backward(at::TensorList saved, at::TensorList grads) {
+    TORCH_CHECK_VALUE(static_cast<int>(saved.size()) == variant_->num_saved, f_.op, "_backward: 'saved' must hold the ",
+                      variant_->num_saved, " tensors the forward returned second, got ", saved.size());
+    TORCH_CHECK_VALUE(static_cast<int>(grads.size()) == variant_->num_results, f_.op, "_backward: 'grads' must hold ",
+                      variant_->num_results, " gradients (one per result), got ", grads.size());
+    std::vector<at::Tensor> buffers = run(variant_->backward, saved, grads);
+    std::vector<at::Tensor> gradients(f_.num_arguments);
+    for (int k = 0; k < variant_->backward.num_buffers; ++k) {
+      const Buffer& b = variant_->backward.buffers[k];
+      if (b.from != From::kGradient) continue;
+      const at::Tensor& arg = *args_[b.index];
+      // a parameter's gradient arrives as per-row partial sums (one buffer per kind of row)
+      at::Tensor part = f_.is_feature[b.index] ? buffers[k] : buffers[k].sum(0).reshape(arg.sizes()).to(arg.dtype());
+      gradients[b.index] = gradients[b.index].defined() ? gradients[b.index] + part : part;
+    }
+    std::vector<at::Tensor> out;
+    for (int i = 0; i < f_.num_arguments; ++i)
+      if (args_[i] != nullptr) out.push_back(gradients[i].defined() ? gradients[i] : at::zeros_like(*args_[i]));
+    return out;
+  }
+
+ private:
+  void check_graph() {
+    const char* op = f_.op;
+    TORCH_CHECK_VALUE(graph_.size() == kGraphArrays || graph_.size() == kGraphSlots, op, ": 'graph' must hold the ",
+                      kGraphArrays, " CSR arrays of a seastar_layers.Graph, or ", kGraphSlots,
+                      " with its row orders (graph.tensors()); got ", graph_.size(), " tensors");
+    for (size_t k = 0; k < graph_.size(); ++k) {
+      const at::Tensor& t = graph_[k];
+      TORCH_CHECK_VALUE(t.defined(), op, ": graph[", k, "] (", GraphCheck::kNames[k], ") is undefined");
+      TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, op, ": graph[", k, "] (", GraphCheck::kNames[k],
+                       ") must hold int64 indices, got ", torch_name(t.scalar_type()), "; ", GraphCheck::kFix);
+      TORCH_CHECK_VALUE(t.dim() == 1 && t.is_contiguous(), op, ": graph[", k, "] (", GraphCheck::kNames[k],
+                        ") must be a contiguous 1-d tensor, got shape ", t.sizes());
+      TORCH_CHECK_VALUE(t.device() == graph_[0].device(), op, ": graph[", k, "] (", GraphCheck::kNames[k], ") is on ",
+                        t.device(), " but graph[0] is on ", graph_[0].device(), "; move the graph to one device");
+    }
+    TORCH_CHECK_VALUE(graph_[0].numel() >= 1 && graph_[3].numel() >= 1, op,
+                      ": graph[0] and graph[3] (the row pointers) need at least one entry");
+    sizes_[0] = graph_[3].numel() - 1;  // source vertices
+    sizes_[1] = graph_[0].numel() - 1;  // destination vertices
+    sizes_[2] = graph_[1].numel();      // edges
+    for (int k : {2, 4, 5})
+      TORCH_CHECK_VALUE(graph_[k].numel() == sizes_[2], op, ": graph[", k, "] (", GraphCheck::kNames[k],
+                        ") must have one entry per edge (", sizes_[2], ", the length of graph[1]), got ",
+                        graph_[k].numel());
+    if (graph_.size() == kGraphSlots) {
+      TORCH_CHECK_VALUE(graph_[6].numel() == sizes_[1] && graph_[7].numel() == sizes_[0], op,
+                        ": graph[6] and graph[7] must order the ", sizes_[1], " destination and ", sizes_[0],
+                        " source rows, got ", graph_[6].numel(), " and ", graph_[7].numel(), " entries");
+    }
+    GraphCheck check(op, graph_);
+    check.row_pointers(0, sizes_[2]);
+    check.row_pointers(3, sizes_[2]);
+    check.same_last(0, 3);
+    check.in_range(1, 0, sizes_[0]);
+    check.in_range(2, 0, sizes_[2]);
+    check.in_range(4, 0, sizes_[1]);
+    check.in_range(5, 0, sizes_[2]);
+    if (graph_.size() == kGraphSlots) {
+      check.in_range(6, 0, sizes_[1]);
+      check.in_range(7, 0, sizes_[0]);
+    }
+  }
+
+  void check_arguments() {
+    TORCH_CHECK_VALUE(static_cast<int>(args_.size()) == f_.num_arguments &&
+                          static_cast<int>(switches_.size()) == f_.num_switches,
+                      "internal: ", f_.op, " got ", args_.size(), " tensors and ", switches_.size(), " switches");
+    const at::Tensor* first = nullptr;
+    for (int i = 0; i < f_.num_arguments; ++i) {
+      const at::Tensor* t = args_[i];
+      if (t == nullptr) continue;
+      const char* name = f_.arguments[i];
+      TORCH_CHECK_VALUE(t->defined(), f_.op, ": '", name, "' is an undefined tensor");
+      TORCH_CHECK_VALUE(t->device() == graph_[0].device(), f_.op, ": '", name, "' is on ", t->device(),
+                        " but the graph is on ", graph_[0].device(), "; move them to one device");
+      TORCH_CHECK_VALUE(t->is_contiguous(), f_.op, ": '", name, "' must be contiguous; pass ", name, ".contiguous()");
+      if (!f_.is_feature[i]) continue;
+      TORCH_CHECK_VALUE(t->dim() >= 1, f_.op, ": '", name, "' must have one row per vertex or edge, got a 0-d tensor");
+      if (first == nullptr) {
+        first = t;
+        first_name_ = name;
+      }
+      TORCH_CHECK_TYPE(t->scalar_type() == first->scalar_type(), f_.op, ": all features must share one dtype: '",
+                       first_name_, "' is ", torch_name(first->scalar_type()), ", '", name, "' is ",
+                       torch_name(t->scalar_type()));
+    }
+    dtype_ = first->scalar_type();
+  }
+
+  void select_variant() {
+    const bool cuda = graph_[0].is_cuda();
+    TORCH_CHECK_VALUE(graph_[0].is_cpu() || cuda, f_.op, " runs on CPU and CUDA tensors, not on ", graph_[0].device());
+    const char* dtype = dtype_name(dtype_);
+    TORCH_CHECK_TYPE(dtype != nullptr, f_.op, ": no kernel for '", first_name_, "' of dtype ", torch_name(dtype_),
+                     "; convert the features to float32, float64, float16 or bfloat16");
+    std::string key = dtype;
+    for (int i = 0; i < f_.num_arguments; ++i)
+      if (args_[i] != nullptr && i >= f_.first_optional) key += std::string("|") + f_.arguments[i];
+    for (int i = 0; i < f_.num_switches; ++i)
+      if (switches_[i]) key += std::string("|") + f_.switches[i];
+    const Variant* table = cuda ? f_.cuda : f_.cpu;
+    const int count = cuda ? f_.num_cuda : f_.num_cpu;
+    for (int v = 0; v < count; ++v) {
+      if (key == table[v].key) {
+        variant_ = &table[v];
+        dims_.assign(variant_->num_dims, -1);
+        dim_sources_.assign(variant_->num_dims, "");
+        return;
+      }
+    }
+    TORCH_CHECK(false, f_.op, ": seastar_layers._C holds no ", cuda ? "CUDA" : "CPU", " kernel for ", key,
+                cuda ? "; it was built without CUDA kernels" : "", "; reinstall seastar_layers");
+  }
+
+  // The declared shape of a feature's buffer, as "(rows, heads, 1)" or per row "(heads, 1)", for messages.
+  std::string declared(const Buffer& b, bool with_rows) const {
+    std::vector<std::string> sizes;
+    if (with_rows) sizes.push_back("rows");
+    for (int d = 0; d < b.rank; ++d)
+      sizes.push_back(b.shape[d] >= 0 ? str(b.shape[d]) : std::string(variant_->dims[-1 - b.shape[d]]));
+    std::string out = "(";
+    for (size_t d = 0; d < sizes.size(); ++d) out += (d ? ", " : "") + sizes[d];
+    return out + (sizes.size() == 1 ? ",)" : ")");
+  }
+
+  // The run-time sizes from the features the program reads: each declared size takes its value from
+  // the first feature that has it, and every other feature must agree.
+  void bind_dims(const Program& program) {
+    for (int k = 0; k < program.num_buffers; ++k) {
+      const Buffer& b = program.buffers[k];
+      if (b.from != From::kArgument || !f_.is_feature[b.index]) continue;
+      const at::Tensor& t = *args_[b.index];
+      const char* name = f_.arguments[b.index];
+      TORCH_CHECK_VALUE(t.dim() == b.rank + 1, f_.op, ": '", name, "' must have shape ", declared(b, true),
+                        ", one row per vertex or edge; got shape ", t.sizes());
+      for (int d = 0; d < b.rank; ++d) {
+        const int64_t got = t.size(d + 1);
+        if (b.shape[d] >= 0) {
+          TORCH_CHECK_VALUE(got == b.shape[d], f_.op, ": '", name, "' must have per-row shape ", declared(b, false),
+                            ", got ", t.sizes().slice(1));
+          continue;
+        }
+        const int s = -1 - b.shape[d];
+        if (dims_[s] < 0) {
+          dims_[s] = got;
+          dim_sources_[s] = name;
+        }
+        TORCH_CHECK_VALUE(dims_[s] == got, f_.op, ": '", name, "' has ", variant_->dims[s], " = ", got, " (axis ",
+                          d + 1, " of shape ", t.sizes(), ") but '", dim_sources_[s], "' has ", variant_->dims[s],
+                          " = ", dims_[s], "; they must agree");
+      }
+    }
+  }
+
+  int64_t rows(Rows r) const {
+    switch (r) {
+      case Rows::kSrc: return sizes_[0];
+      case Rows::kDst: return sizes_[1];
+      case Rows::kEdge: return sizes_[2];
+      default: return -1;
+    }
+  }
+
+  std::vector<int64_t> shape_of(const Buffer& b) const {
+    std::vector<int64_t> shape;
+    if (b.rows != Rows::kParam) shape.push_back(rows(b.rows));
+    for (int d = 0; d < b.rank; ++d) shape.push_back(b.shape[d] >= 0 ? b.shape[d] : dims_[-1 - b.shape[d]]);
+    return shape;
+  }
+
+  // An argument as the buffer `b`: its rows (bind_dims checked its other sizes) and, for a
+  // parameter, its dtype and shape.
+  void check_argument(const Buffer& b) const {
+    static const char* kRowNames[] = {"source vertex", "destination vertex", "edge"};
+    const at::Tensor& t = *args_[b.index];
+    const char* name = f_.arguments[b.index];
+    const std::vector<int64_t> want = shape_of(b);
+    if (b.rows != Rows::kParam) {
+      TORCH_CHECK_VALUE(t.size(0) == want[0], f_.op, ": '", name, "' must have one row per ",
+                        kRowNames[static_cast<int>(b.rows)], " of the graph (", want[0], "), got ", t.size(0));
+      return;
+    }
+    const at::ScalarType dtype = b.compute_type ? compute_dtype(dtype_) : dtype_;
+    TORCH_CHECK_TYPE(t.scalar_type() == dtype, f_.op, ": parameter '", name, "' must be ", torch_name(dtype),
+                     " (the features are ", torch_name(dtype_), "), got ", torch_name(t.scalar_type()));
+    TORCH_CHECK_VALUE(t.sizes().vec() == want, f_.op, ": parameter '", name, "' must have shape ",
+                      at::IntArrayRef(want), ", got ", t.sizes());
+  }
+
+  std::vector<at::Tensor> run(const Program& program, at::TensorList saved, at::TensorList grads) {
+    const at::Device device = graph_[0].device();
+    c10::DeviceGuard guard(device);
+    std::vector<at::Tensor> buffers;
+    buffers.reserve(program.num_buffers);
+    for (int k = 0; k < program.num_buffers; ++k) {
+      const Buffer& b = program.buffers[k];
+      const at::TensorOptions options =
+          at::TensorOptions().device(device).dtype(b.compute_type ? compute_dtype(dtype_) : dtype_);
+      switch (b.from) {
+        case From::kArgument:
+          check_argument(b);
+          buffers.push_back(*args_[b.index]);
+          break;
+        case From::kDegree:
+          buffers.push_back((graph_[0].slice(0, 1) - graph_[0].slice(0, 0, -1)).to(options.dtype()));
+          break;
+        case From::kSaved:
+          buffers.push_back(checked_input(saved[b.index], b, "saved", b.index));
+          break;
+        case From::kAdjoint:
+          buffers.push_back(checked_input(grads[b.index], b, "grads", b.index));
+          break;
+        default:
+          // edge rows the graph does not list are never visited: their values are zero
+          if (b.filled)
+            buffers.push_back(at::full(shape_of(b), b.fill, options));
+          else if (b.rows == Rows::kEdge)
+            buffers.push_back(at::zeros(shape_of(b), options));
+          else
+            buffers.push_back(at::empty(shape_of(b), options));
+      }
+    }
+    const int64_t* graph_pointers[kGraphSlots] = {};
+    for (size_t k = 0; k < graph_.size(); ++k) graph_pointers[k] = graph_[k].data_ptr<int64_t>();
+    std::vector<void*> pointers(buffers.size() + 1);
+    std::vector<int64_t> numels(buffers.size() + 1);
+    for (size_t k = 0; k < buffers.size(); ++k) {
+      pointers[k] = buffers[k].data_ptr();
+      numels[k] = buffers[k].numel();
+    }
+    std::vector<int64_t> dims = dims_;
+    dims.push_back(0);
+    const int rc = program.run(sizes_, dims.data(), graph_pointers, pointers.data(), numels.data(),
+                               threads(numels), stream(device));
+    TORCH_CHECK(rc <= 0, "internal: ", f_.op, "'s kernel entry refused buffer ", rc - 1, " with ",
+                numels[std::max(rc - 1, 0)], " elements");
+    TORCH_CHECK_WITH(OutOfMemoryError, rc != -1, f_.op, " kernel failed: ", program.last_error());
+    TORCH_CHECK(rc == 0, f_.op, " kernel failed: ", program.last_error());
+    return buffers;
+  }
+
+  at::Tensor checked_input(const at::Tensor& t, const Buffer& b, const char* list, int index) const {
+    const std::vector<int64_t> want = shape_of(b);
+    TORCH_CHECK_VALUE(t.defined(), f_.op, "_backward: '", list, "'[", index, "] is an undefined tensor");
+    TORCH_CHECK_VALUE(t.sizes().vec() == want, f_.op, "_backward: '", list, "'[", index, "] must have shape ",
+                      at::IntArrayRef(want), ", got ", t.sizes());
+    const at::ScalarType dtype = b.compute_type ? compute_dtype(dtype_) : dtype_;
+    TORCH_CHECK_TYPE(t.scalar_type() == dtype, f_.op, "_backward: '", list, "'[", index, "] must be ",
+                     torch_name(dtype), ", got ", torch_name(t.scalar_type()));
+    TORCH_CHECK_VALUE(t.device() == graph_[0].device(), f_.op, "_backward: '", list, "'[", index, "] is on ",
+                      t.device(), " but the graph is on ", graph_[0].device());
+    return t.contiguous();
+  }
+
+  // Threads for a CPU kernel: one where the work is less than torch gives a thread (its grain
+  // size): a parallel region costs more than a small graph's kernel, and on a busy machine far more
+  // (as runtime/executor.py: threads_for).
+  int threads(const std::vector<int64_t>& numels) const {
+    int64_t work = sizes_[2];
+    for (int64_t n : numels) work += n;
+    return work < kSerialWork ? 1 : at::get_num_threads();
+  }
+
+  static void* stream(const at::Device& device) {
+#ifdef SEASTAR_WITH_CUDA
+    if (device.is_cuda()) return c10::cuda::getCurrentCUDAStream(device.index()).stream();
+#endif
+    return nullptr;
+  }
+
+  const Family& f_;
+  at::TensorList graph_;
+  Arguments args_;
+  Switches switches_;
+  int64_t sizes_[3] = {};
+  at::ScalarType dtype_ = at::kFloat;
+  const char* first_name_ = "";
+  std::vector<int64_t> dims_;                // the run-time sizes s0, s1, ...
+  std::vector<const char*> dim_sources_;     // the argument each was bound from
+  const Variant* variant_ = nullptr;
+};
+
+}  // namespace seastar

@@ -1,0 +1,221 @@
+"""The Python side of the layers' torch ops (declared in codegen/torch_entry.py: OpFamily).
+
+The extension seastar_layers._C defines torch.ops.seastar_layers.<family> and <family>_backward
+(TORCH_LIBRARY, with C++ entry points per dispatch key); importing this module loads it, and
+`register` adds what stays in Python: the fake (meta) implementations, which allocate what the
+chosen specialisation returns, autograd, and where the extension was built without CUDA kernels,
+the CUDA implementation through the JIT (announced once with a warning). `call` runs an op on a
+seastar_layers.Graph.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+from torch import Tensor
+
+from ..errors import BuildError
+from ..ir import Role
+from . import prebuilt, toolchain
+from .executor import COMPUTE_DTYPE, bind_dims, buffer_dtype, buffer_shape
+
+NAMESPACE = "seastar_layers"
+
+
+def require() -> None:
+    """Raises, saying why, where the extension that defines the ops was not loaded."""
+    if _UNAVAILABLE is not None:
+        raise BuildError(f"the layers run their kernels from the extension seastar_layers._C, but {_UNAVAILABLE}")
+
+
+def call(family, graph, **tensors) -> list[Tensor]:
+    """Runs torch.ops.seastar_layers.<family>: the program's results on `graph` (a seastar_layers.Graph);
+    switches are passed by name as bools."""
+    require()
+    unknown = set(tensors) - set(family.arguments) - set(family.switches)
+    if unknown:
+        raise TypeError(f"{NAMESPACE}::{family.name} got unknown arguments {sorted(unknown)}; it takes "
+                        f"{', '.join(family.arguments + family.switches)}")
+    op = getattr(getattr(torch.ops, NAMESPACE), family.name)
+    features = [tensors[name] for name in family.required if name in tensors]
+    compute = COMPUTE_DTYPE.get(features[0].dtype) if features else None
+    args = []
+    for name in family.arguments:
+        t = tensors.get(name)
+        if t is not None and name in family.params and compute is not None:
+            t = t.to(compute)  # the op takes parameters in the compute dtype (float32 for half features)
+        args.append(t.contiguous() if t is not None else None)
+    switches = [bool(tensors.get(name, False)) for name in family.switches]
+    results, _ = op(graph.tensors(with_orders=graph.device.type == "cuda"), *args, *switches)
+    return results
+
+
+# -- the Python side of the ops: fake (meta) and autograd ----------------------------------------
+@dataclass(frozen=True)
+class _Variant:
+    """One specialisation's program and the buffers of its forward: what the fake implementation
+    allocates and the JIT path runs."""
+    program: object
+    inputs: list  # the forward's input buffers
+    results: list
+    saved: list
+
+
+_VARIANTS: dict[tuple[str, str], _Variant] = {}
+_VARIANTS_LOCK = threading.Lock()
+
+
+def _variant(family, options: tuple[str, ...], dtype: torch.dtype) -> _Variant:
+    """From the pipeline, once per process and specialisation."""
+    from ..codegen.torch_entry import variant_key
+
+    key = (family.name, variant_key(dtype, options))
+    with _VARIANTS_LOCK:
+        if key not in _VARIANTS:
+            # compiling is Python work on declared shapes: real example tensors, outside any fake mode
+            with torch._subclasses.fake_tensor.unset_fake_temporarily():
+                program = family.program(options, dtype)
+                buffers = program.generate(family.examples(options, dtype)).forward.buffers
+            _VARIANTS[key] = _Variant(program, [b for b in buffers if b.is_input],
+                                      [b for b in buffers if b.role is Role.OUTPUT],
+                                      [b for b in buffers if b.role is Role.SAVED])
+        return _VARIANTS[key]
+
+
+def _features(family, tensors: dict[str, Tensor]) -> tuple[dict[str, Tensor], torch.dtype]:
+    features = {n: t for n, t in tensors.items() if n not in family.params}
+    dtype = features[family.required[0]].dtype
+    if dtype not in family.dtypes:
+        raise TypeError(f"{NAMESPACE}::{family.name}: no kernel for '{family.required[0]}' of dtype {dtype}; convert "
+                        "the features to float32, float64, float16 or bfloat16")
+    return features, dtype
+
+
+def _fake(family, graph, *args):
+    tensors, options = family.split(args)
+    features, dtype = _features(family, tensors)
+    variant = _variant(family, options, dtype)
+    read = [b for b in variant.inputs if b.key.role is Role.FEATURE]
+    dims = bind_dims(read, [features[b.key.name] for b in read])
+    sizes = (graph[3].shape[0] - 1, graph[0].shape[0] - 1, graph[1].shape[0])
+
+    def make(buffers):
+        return [graph[0].new_empty(buffer_shape(b, sizes, dims), dtype=buffer_dtype(b, dtype)) for b in buffers]
+
+    return make(variant.results), make(variant.saved)
+
+
+def _fake_backward(family, graph, *args):
+    return [torch.empty_like(t) for t in args[:len(family.arguments)] if t is not None]
+
+
+def _setup_context(family, ctx, inputs, output):
+    graph, args = inputs[0], inputs[1:]
+    tensors = args[:len(family.arguments)]
+    results, saved = output
+    ctx.given = [t is not None for t in tensors]
+    ctx.switches = [bool(s) for s in args[len(family.arguments):]]
+    ctx.save_for_backward(*graph, *[t for t in tensors if t is not None], *saved)
+    # the dispatcher drops trailing arguments left at their default: autograd wants gradients for the rest
+    passed = max(i for i, a in enumerate(args) if a is not None and a is not False) + 1
+    ctx.counts = (len(graph), sum(ctx.given), passed)
+    ctx.results = [(r.shape, r.dtype) for r in results]
+
+
+def _backward(family, ctx, grad_results, grad_saved):
+    n_graph, n_given, n_passed = ctx.counts
+    saved_tensors = ctx.saved_tensors
+    graph = list(saved_tensors[:n_graph])
+    given, saved = iter(saved_tensors[n_graph:n_graph + n_given]), saved_tensors[n_graph + n_given:]
+    tensors = [next(given) if g else None for g in ctx.given]
+    switches = ctx.switches + [False] * (len(family.switches) - len(ctx.switches))
+    grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=graph[0].device)
+             for g, (shape, dtype) in zip(grad_results, ctx.results, strict=True)]
+    op = getattr(getattr(torch.ops, NAMESPACE), f"{family.name}_backward")
+    gradients = iter(op(graph, *tensors, *switches, list(saved), grads))
+    per_argument = [next(gradients) if t is not None else None for t in tensors] + [None] * len(family.switches)
+    return ([None] * n_graph, *per_argument[:n_passed])
+
+
+def register(families: Iterable) -> None:
+    """Registers the Python side (fake and autograd) of the ops the extension defines, and where
+    the extension has no CUDA kernels, their CUDA implementation through the JIT (_jit_forward)."""
+    if _UNAVAILABLE is not None:
+        return
+    for family in families:
+        qualified = f"{NAMESPACE}::{family.name}"
+        torch.library.register_fake(qualified)(functools.partial(_fake, family))
+        torch.library.register_fake(f"{qualified}_backward")(functools.partial(_fake_backward, family))
+        torch.library.register_autograd(qualified, functools.partial(_backward, family),
+                                        setup_context=functools.partial(_setup_context, family))
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CUDA"):
+            _JIT_ON_CUDA.add(family.name)
+            torch.library.impl(qualified, "CUDA")(functools.partial(_jit_forward, family))
+            torch.library.impl(f"{qualified}_backward", "CUDA")(functools.partial(_jit_backward, family))
+
+
+# -- CUDA tensors where the extension has no CUDA kernels: the programs through the JIT ------------
+_JIT_ON_CUDA: set[str] = set()  # the families whose CUDA implementation is _jit_forward
+
+
+def prebuilt_cuda_kernels() -> bool:
+    """Whether seastar_layers._C runs the layers' ops on CUDA tensors with its own kernels."""
+    return _UNAVAILABLE is None and not _JIT_ON_CUDA
+
+
+NO_CUDA_KERNELS = ("seastar_layers: the extension seastar_layers._C has no CUDA kernels (it was built where torch "
+                   "was a CPU build or no CUDA toolkit was found), so the layers' programs are compiled with nvcc on "
+                   "first use and cached on disk. For prebuilt CUDA kernels, reinstall with a CUDA build of torch and "
+                   "the CUDA toolkit: FORCE_CUDA=1 pip install --no-build-isolation seastar_layers")
+_warned_jit = False
+
+
+def _jit_op(family, graph: list[Tensor], tensors: dict[str, Tensor], options):
+    """The variant's program compiled for the tensors' device by the path custom programs take
+    (runtime/toolchain.py: for_device; nvcc, or with SEASTAR_EMULATE_CUDA=1 the emulator), and its
+    forward inputs in op order."""
+    global _warned_jit
+    if not _warned_jit:
+        _warned_jit = True
+        warnings.warn(NO_CUDA_KERNELS, RuntimeWarning, stacklevel=2)
+    features, dtype = _features(family, tensors)
+    program = _variant(family, options, dtype).program
+    spec = program.specialise(features, toolchain.for_device(graph[0].device))
+    compute = COMPUTE_DTYPE[dtype]
+    inputs = []
+    for buf in spec.op.inputs:
+        if buf.key.role is Role.DEGREE:
+            inputs.append((graph[0][1:] - graph[0][:-1]).to(compute))
+        elif buf.key.role is Role.PARAM or buf.key.role is Role.FEATURE:
+            inputs.append(tensors[buf.key.name].contiguous())
+        else:
+            raise NotImplementedError(f"{NAMESPACE}::{family.name}: no JIT input for {buf.key!r}")
+    return spec.op, inputs
+
+
+def _jit_forward(family, graph, *args):
+    tensors, options = family.split(args)
+    op, inputs = _jit_op(family, graph, tensors, options)
+    outs = op.forward(list(graph), inputs)
+    return outs[:len(op.outputs)], outs[len(op.outputs):]
+
+
+def _jit_backward(family, graph, *args):
+    *args, saved, grads = args
+    tensors, options = family.split(args)
+    op, inputs = _jit_op(family, graph, tensors, options)
+    per_buffer = op.backward(list(graph), inputs, list(saved), list(grads))
+    gradients = {}
+    for buf, g in zip(op.inputs, per_buffer, strict=True):
+        name = buf.key.name
+        if name in tensors:  # a feature read in two places gets the sum
+            gradients[name] = gradients[name] + g if name in gradients else g
+    return [gradients.get(name, torch.zeros_like(t)) for name, t in tensors.items()]
+
+
+# Loading the extension defines the ops; why it was not loaded, if it was not
+_UNAVAILABLE = prebuilt.load_extension()

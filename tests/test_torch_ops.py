@@ -1,0 +1,254 @@
+"""The layers' programs as registered torch ops (torch.ops.seastar_layers.*): every specialisation the
+extension holds against the same program run through the compiler's own path, opcheck on every op,
+the checks of the C++ entry points, and calls from TorchScript and a fresh process."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from helpers import random_graph
+
+import seastar_layers as sl
+from seastar_layers.codegen.torch_entry import variant_key
+from seastar_layers.runtime import library
+from seastar_layers.graph import csr_layouts
+from seastar_layers.nn.programs import FAMILIES, GAT_ATTENTION, WEIGHTED_SUM
+from seastar_layers.runtime.executor import COMPUTE_DTYPE
+
+N = 9
+EI = random_graph(N, N, 30, seed=3)
+GRAPH = sl.Graph.from_edge_index(EI, N)
+OPS = torch.ops.seastar_layers
+
+
+# sizes for each variant's declared shapes: heads and channels apart, then equal, then 1
+SIZES = [{2: 3, 3: 5}, {2: 4, 3: 4}, {2: 1, 3: 1}]
+
+
+def random_inputs(family, features, seed, sizes=SIZES[0]):
+    """Random features of the variant's declared shapes on GRAPH (the examples' sizes 2 and 3
+    replaced by `sizes`), and random parameters."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = {3: N, 4: GRAPH.num_edges}  # the examples' rows: 3 per vertex, 4 per edge
+    tensors = {}
+    for name, t in features.items():
+        shape = [sizes.get(d, d) for d in t.shape[1:]]
+        tensors[name] = torch.randn(rows[t.shape[0]], *shape, generator=gen, dtype=t.dtype)
+    dtype = next(iter(features.values())).dtype
+    for p in family.params:
+        tensors[p] = torch.rand((), generator=gen, dtype=COMPUTE_DTYPE[dtype])
+    return tensors
+
+
+def tolerance(dtype):
+    """Both paths run the same kernel; half-precision gradients may sum in another order."""
+    return {"rtol": 0, "atol": 0} if dtype in (torch.float32, torch.float64) else {}
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_every_variant_equals_its_program(family):
+    """The entry point chooses the variant, binds its sizes and wires its buffers: results and
+    gradients equal the program's through the compiler's path, for every specialisation compiled
+    into the extension (every option and switch, in every dtype) and several sizes each."""
+    for k, (options, dtype, program, features) in enumerate(family.variants()):
+        for sizes in SIZES:
+            tensors = {n: t.requires_grad_() for n, t in random_inputs(family, features, k, sizes).items()}
+            feats = {n: t for n, t in tensors.items() if n not in family.params}
+            switches = {s: True for s in family.switches if s in options}
+            ours = family(GRAPH, **tensors, **switches)
+            theirs = family.build(**{flag: feature in options for feature, flag in family.optional}, **switches,
+                                  **{p: tensors[p] for p in family.params})(GRAPH, **feats)
+            theirs = list(theirs) if isinstance(theirs, tuple) else [theirs]
+            assert len(ours) == len(theirs)
+            for got, want in zip(ours, theirs):
+                torch.testing.assert_close(got, want, **tolerance(dtype))
+            projections = [torch.randn_like(r) for r in ours]
+            got = torch.autograd.grad(sum((r * p).sum() for r, p in zip(ours, projections)), list(tensors.values()),
+                                      allow_unused=True)
+            want = torch.autograd.grad(sum((r * p).sum() for r, p in zip(theirs, projections)),
+                                       list(tensors.values()), allow_unused=True)
+            for name, g, w in zip(tensors, got, want, strict=True):
+                if w is None:  # a parameter the program reads only through others
+                    w = torch.zeros_like(tensors[name])
+                torch.testing.assert_close(g, w, **tolerance(dtype),
+                                           msg=lambda m, name=name: f"{family.name} {options} {dtype} {name}: {m}")
+
+
+def opcheck_cases():
+    return [pytest.param(family, options, features, id=f"{family.name}-{'-'.join(options)}-{dtype}")
+            for family in FAMILIES for options, dtype, _, features in family.variants()
+            if dtype in (torch.float32, torch.float16)]
+
+
+def op_args(family, options, tensors):
+    return ([GRAPH.tensors()] + [tensors.get(name) for name in family.arguments]
+            + [s in options for s in family.switches])
+
+
+@pytest.mark.parametrize("family,options,features", opcheck_cases())
+def test_opcheck(family, options, features):
+    """Schema, fake implementation, autograd registration and AOT dispatch of the forward op, then
+    of the backward op, for each set of options (float32 and float16)."""
+    tensors = random_inputs(family, features, seed=1)
+    args = op_args(family, options, {n: t.detach().requires_grad_() for n, t in tensors.items()})
+    forward = getattr(OPS, family.name)
+    torch.library.opcheck(forward, tuple(args))
+    results, saved = forward(*op_args(family, options, tensors))
+    grads = [torch.randn_like(r) for r in results]
+    torch.library.opcheck(getattr(OPS, f"{family.name}_backward"),
+                          tuple(op_args(family, options, tensors) + [saved, grads]))
+
+
+def gat_args(**overrides):
+    gen = torch.Generator().manual_seed(0)
+    args = {"a_src": torch.randn(N, 2, 1, generator=gen), "x": torch.randn(N, 2, 5, generator=gen),
+            "slope": torch.tensor(0.2), "a_dst": torch.randn(N, 2, 1, generator=gen)}
+    args.update(overrides)
+    return args
+
+
+def call_gat(graph=None, **overrides):
+    args = gat_args(**overrides)
+    return OPS.gat_attention(GRAPH.tensors() if graph is None else graph, args.pop("a_src"), args.pop("x"),
+                             args.pop("slope"), **args)
+
+
+@pytest.mark.parametrize("overrides,error,words", [
+    ({"x": torch.randn(N + 1, 2, 5)}, ValueError, ["'x'", "source vertex", "10"]),
+    ({"a_dst": torch.randn(N, 3, 1)}, ValueError, ["'a_dst' has heads = 3", "'a_src' has heads = 2", "must agree"]),
+    ({"a_dst": torch.randn(N, 2, 4)}, ValueError, ["'a_dst' must have per-row shape (heads, 1)", "[2, 4]"]),
+    ({"x": torch.randn(N, 2, 5).double()}, TypeError, ["share one dtype", "'x'", "torch.float64"]),
+    ({"a_src": torch.randn(N, 2, 1).int(), "x": torch.randn(N, 2, 5).int(), "a_dst": torch.randn(N, 2, 1).int()},
+     TypeError, ["'a_src' of dtype torch.int32", "float32, float64, float16 or bfloat16"]),
+    ({"x": torch.randn(N, 5, 2).transpose(1, 2)}, ValueError, ["'x' must be contiguous", "x.contiguous()"]),
+    ({"slope": torch.tensor([0.2])}, ValueError, ["parameter 'slope'", "shape []"]),
+    ({"slope": torch.tensor(0.2, dtype=torch.float64)}, TypeError, ["parameter 'slope' must be torch.float32"]),
+    ({"x": torch.randn(N)}, ValueError, ["'x' must have shape (rows, heads, channels)"]),
+], ids=["rows", "sizes disagree", "declared 1", "mixed dtypes", "dtype", "contiguity", "param shape", "param dtype",
+        "rank"])
+def test_entry_point_refuses_bad_arguments(overrides, error, words):
+    with pytest.raises(error) as info:
+        call_gat(**overrides)
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
+def bad_graph(slot, value):
+    graph = [t.clone() for t in GRAPH.tensors()]
+    graph[slot][0] = value
+    return graph
+
+
+@pytest.mark.parametrize("graph,words", [
+    (bad_graph(1, N), ["graph[1] (in_src)", "outside [0, 9)"]),
+    (bad_graph(1, -1), ["graph[1] (in_src)", "-1"]),
+    (bad_graph(2, 10**6), ["graph[2] (in_eid)"]),
+    (bad_graph(4, N + 5), ["graph[4] (out_dst)"]),
+    (bad_graph(0, 1), ["graph[0] (in_indptr)", "must start at 0"]),
+    (GRAPH.tensors()[:5], ["'graph' must hold the 6 CSR arrays"]),
+    ([t.int() for t in GRAPH.tensors()], ["graph[0] (in_indptr) must hold int64 indices"]),
+    ([torch.where(GRAPH.in_indptr == GRAPH.num_edges, GRAPH.num_edges - 1, GRAPH.in_indptr)] + GRAPH.tensors()[1:],
+     ["the two layouts", "same number of edges"]),
+], ids=["source", "negative", "edge id", "destination", "indptr", "count", "int32", "layouts"])
+def test_entry_point_refuses_bad_graphs(graph, words):
+    with pytest.raises((ValueError, TypeError)) as info:
+        call_gat(graph)
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
+def test_unlisted_edges_are_absent_and_get_zero_gradients():
+    """A graph may hold edges in no row (the layers drop self-loops this way, with static sizes):
+    the result is the graph without them, and their per-edge gradients are zero."""
+    listed = EI[0] != EI[1]
+    partial = sl.Graph._from_checked(csr_layouts(EI[0], EI[1], N, N, listed), N, N)
+    reduced = sl.Graph.from_edge_index(EI[:, listed], N)
+    x = torch.randn(N, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(EI.shape[1], dtype=torch.float64, requires_grad=True)
+    out = WEIGHTED_SUM(partial, x=x, w=w)[0]
+    torch.testing.assert_close(out, WEIGHTED_SUM(reduced, x=x, w=w[listed])[0])
+    grad_w, = torch.autograd.grad(out.sum(), [w])
+    assert bool((grad_w[~listed] == 0).all()) and bool((grad_w[listed] != 0).any())
+
+
+def test_variant_keys_name_dtype_and_options():
+    assert variant_key(torch.float32, ()) == "float32"
+    assert variant_key(torch.bfloat16, ("a_dst", "mask", "with_attention")) == "bfloat16|a_dst|mask|with_attention"
+    tensors, options = GAT_ATTENTION.split([torch.zeros(1), torch.zeros(1), torch.zeros(()), None, torch.zeros(1)])
+    assert sorted(tensors) == ["a_edge", "a_src", "slope", "x"] and options == ("a_edge",)
+    assert GAT_ATTENTION.split([torch.zeros(1)] * 3 + [None] * 3 + [True])[1] == ("with_attention",)
+
+
+def test_one_kernel_per_option_and_dtype():
+    """Declared shapes: the extension holds one variant per set of options and dtype (80 in all)."""
+    assert [len(list(f.variants())) for f in FAMILIES] == [64, 8, 8]
+
+
+def test_torchscript_calls_a_registered_op():
+    @torch.jit.script
+    def propagate(graph: list[torch.Tensor], x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.ops.seastar_layers.weighted_sum(graph, x, w)[0][0]
+
+    x, w = torch.randn(N, 4), torch.rand(GRAPH.num_edges)
+    torch.testing.assert_close(propagate(GRAPH.tensors(), x, w), WEIGHTED_SUM(GRAPH, x=x, w=w)[0])
+
+
+def test_ops_exist_right_after_import():
+    script = textwrap.dedent("""
+        import torch, seastar_layers
+        for name in ("gat_attention", "weighted_sum", "appnp_step"):
+            for op in (name, name + "_backward"):
+                print(getattr(torch.ops.seastar_layers, op).default._schema)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "seastar_layers::gat_attention(Tensor[] graph, Tensor a_src, Tensor x, Tensor slope, Tensor? a_dst=None, " \
+           "Tensor? a_edge=None, Tensor? mask=None, bool with_attention=False) -> (Tensor[], Tensor[])" in result.stdout
+    assert result.stdout.count("seastar_layers::") == 6
+
+
+def test_a_graph_built_in_inference_mode_serves_training_later():
+    """The ops save the graph for backward, and tensors made in inference mode cannot be saved:
+    evaluating a layer under torch.inference_mode() must not break training on the same graph."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from seastar_layers.compat import import_dgl
+
+        dgl = import_dgl()
+        import seastar_layers.dgl as sd
+    x = torch.randn(N, 6)
+    g = dgl.add_self_loop(dgl.graph((EI[0], EI[1]), num_nodes=N))
+    for layer, args in [(sl.GCNConv(6, 3), (x, EI)), (sl.GATConv(6, 3), (x, EI)), (sd.GraphConv(6, 3), (g, x))]:
+        with torch.inference_mode():
+            layer(*args)
+        layer(*args).sum().backward()
+        assert all(p.grad is not None for p in layer.parameters())
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_cuda_without_cuda_kernels_runs_the_jit(family, monkeypatch):
+    """Where the extension has no CUDA kernels, the ops' CUDA implementation compiles the variant's
+    program through the path custom programs take (nvcc, the disk cache), announced once. Here it
+    runs under SEASTAR_EMULATE_CUDA=1 (the CUDA dialect on CPU tensors, as CI tests CUDA logic)
+    and must equal the extension's CPU kernels, forward and backward, every option on."""
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"seastar_layers::{family.name}", "CUDA")
+    assert not library.prebuilt_cuda_kernels()  # this extension was built without them
+    monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
+    monkeypatch.setattr(library, "_warned_jit", False)
+    options = family.options
+    features = family.examples(options, torch.float64)
+    args = op_args(family, options, random_inputs(family, features, seed=4))
+    graph = GRAPH.tensors(with_orders=True)
+    with pytest.warns(RuntimeWarning, match="has no CUDA kernels.*FORCE_CUDA=1"):
+        results, saved = library._jit_forward(family, graph, *args[1:])
+    want, want_saved = getattr(OPS, family.name)(*args)
+    for got, expected in zip(results, want, strict=True):
+        torch.testing.assert_close(got, expected)
+    grads = [torch.randn_like(r) for r in results]
+    got = library._jit_backward(family, graph, *args[1:], saved, grads)
+    expected = getattr(OPS, f"{family.name}_backward")(*args, want_saved, grads)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e)
