@@ -50,7 +50,7 @@ class Graph:
     def _assign(self, arrays, num_src: int, num_dst: int) -> None:
         self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid = arrays
         self.num_src, self.num_dst = num_src, num_dst
-        self._degree_cache: dict[torch.dtype, torch.Tensor] = {}
+        self._derived: dict = {}
         self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
@@ -79,9 +79,15 @@ class Graph:
 
     def in_degree(self, dtype: torch.dtype) -> torch.Tensor:
         """In-degree of every destination as a (num_dst,) tensor of dtype, cached."""
-        if dtype not in self._degree_cache:
-            self._degree_cache[dtype] = (self.in_indptr[1:] - self.in_indptr[:-1]).to(dtype)
-        return self._degree_cache[dtype]
+        return self.derived(("in_degree", dtype), lambda: (self.in_indptr[1:] - self.in_indptr[:-1]).to(dtype))
+
+    def derived(self, key, make):
+        """make(), computed once per graph and key: what follows from the edges alone (degrees, a
+        layer's normalisation) lives as long as the graph, and the graph cache sees to it that a
+        changed edge list gets a new graph."""
+        if key not in self._derived:
+            self._derived[key] = make()
+        return self._derived[key]
 
     def __repr__(self) -> str:
         return f"Graph(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges})"

@@ -237,3 +237,27 @@ def test_half_precision_layers_follow_float32(dtype):
         reference = layer(x.to(dtype).float(), ei)  # the same rounded inputs, in float32
         torch.testing.assert_close(out.float(), reference, atol=tol, rtol=tol)
         out.float().sum().backward()
+
+
+@pytest.mark.parametrize("name,kwargs", [("GCNConv", dict(in_channels=F_IN, out_channels=6)),
+                                         ("APPNP", dict(K=3, alpha=0.1))], ids=str)
+@pytest.mark.parametrize("flow", ["source_to_target", "target_to_source"])
+def test_degree_normalisation_is_made_once_per_graph(monkeypatch, name, kwargs, flow):
+    """Without edge weights gcn_norm depends on degrees only: the self-loops are added once per
+    graph object, no call runs gcn_norm or holds a per-edge weight, and the result is PyG's."""
+    from seastar_layers.nn import pyg as ours_pyg
+
+    calls = {"gcn_norm": 0, "add_remaining_self_loops": 0}
+    for fn in calls:
+        def counted(*args, _fn=getattr(ours_pyg, fn), _name=fn, **kw):
+            calls[_name] += 1
+            return _fn(*args, **kw)
+        monkeypatch.setattr(ours_pyg, fn, counted)
+    ref, ours = pair(name, flow=flow, **kwargs)
+    x, ei = data()
+    for _ in range(3):
+        torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
+    assert calls == {"gcn_norm": 0, "add_remaining_self_loops": 1}
+    fresh = ei.clone()  # another graph object: its own loops and degrees
+    torch.testing.assert_close(ours(x, fresh), ref(x, fresh), atol=1e-5, rtol=1e-5)
+    assert calls["add_remaining_self_loops"] == 2

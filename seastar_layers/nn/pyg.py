@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +18,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import torch_sparse
-from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops
+from torch_geometric.utils import add_remaining_self_loops, add_self_loops, is_torch_sparse_tensor, remove_self_loops
 from torch_geometric.utils.sparse import set_sparse_value
 
 from ..graph import Graph, as_graph
@@ -285,36 +286,74 @@ def _vertex_rows(layer: MessagePassing, x: Tensor):
         lambda out: out.reshape(out.size(0), *features).movedim(0, axis)
 
 
-def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool):
-    """The graph messages travel along and its edge weights: gcn_norm's when the layer normalizes,
-    with PyG's cached=True semantics, and PyG's flow."""
+class _Propagation(NamedTuple):
+    """The graph messages travel along and how they are weighted: per-edge `weight`s (None: 1), or,
+    where gcn_norm's weights follow from degrees alone, `dinv` = deg^-1/2 per vertex, each edge
+    u -> v weighing dinv[u] * dinv[v] (the layers scale the vertices, and no per-edge weight exists)."""
+    graph: Graph
+    weight: Tensor | None = None
+    dinv: Tensor | None = None
+
+    def edge_weights(self) -> Tensor | None:
+        """The per-edge weights, also where they follow from degrees (made once per graph then)."""
+        if self.dinv is None:
+            return self.weight
+        graph, dinv = self.graph, self.dinv
+
+        def make():
+            rows = torch.repeat_interleave(torch.arange(graph.num_dst, device=graph.device),
+                                           graph.in_indptr[1:] - graph.in_indptr[:-1])
+            weight = torch.empty(graph.num_edges, dtype=dinv.dtype, device=dinv.device)
+            weight[graph.in_eid] = dinv[graph.in_src] * dinv[rows]
+            return weight
+
+        return graph.derived(("gcn_weight", dinv.dtype), make)
+
+
+def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool) -> _Propagation:
+    """The graph messages travel along and its weights: gcn_norm's when the layer normalizes, with
+    PyG's cached=True semantics, and PyG's flow. Without edge weights (and improved=False) gcn_norm
+    depends on degrees only: the graph with its self-loops and the degrees are then made once per
+    graph object, and no call does edge-sized work for them."""
     if layer.normalize and layer.cached and layer._cached_edge_index is not None:
         return layer._cached_edge_index
     n = _num_vertices(layer, name, x)
     _check_flow(layer, edge_index)
-    if layer.normalize and _is_sparse(edge_index):
+    if layer.normalize and edge_weight is None and not improved and not _is_sparse(edge_index):
+        _check_edge_index(_edge_list(edge_index)[0])
+        loops = (lambda plain: add_remaining_self_loops(plain, num_nodes=n)[0]) if layer.add_self_loops else None
+        graph = _message_graph(layer, edge_index, (n, n), ("gcn", layer.add_self_loops), loops)
+
+        def inverse_sqrt_degree():  # as gcn_norm: degrees in the features' dtype, 0 for isolated vertices
+            dinv = graph.in_degree(x.dtype).pow(-0.5)
+            return dinv.masked_fill(dinv == float("inf"), 0)
+
+        result = _Propagation(graph, dinv=graph.derived(("gcn_dinv", x.dtype), inverse_sqrt_degree))
+    elif layer.normalize and _is_sparse(edge_index):
         # PyG normalises a sparse adjacency in its own way (self-loops added, not "remaining")
         normalized = gcn_norm(edge_index, None, n, improved, layer.add_self_loops, layer.flow, x.dtype)
         normalized = normalized[0] if isinstance(normalized, tuple) else normalized
         ei, weight, _ = _edge_list(normalized)
+        result = _Propagation(_message_graph(layer, edge_index, (n, n), ("gcn", layer.add_self_loops),
+                                             lambda _: ei), weight)
     else:
         ei, weight, _ = _edge_list(edge_index, edge_weight)
         _check_edge_index(ei)
         if layer.normalize:
             ei, weight = gcn_norm(ei, weight, n, improved, layer.add_self_loops, layer.flow, x.dtype)
-    if layer.normalize:
-        graph = _message_graph(layer, edge_index, (n, n), ("gcn", layer.add_self_loops), lambda _: ei)
-    else:
-        graph = _message_graph(layer, edge_index, (n, n))
-    result = (graph, weight)
+            result = _Propagation(_message_graph(layer, edge_index, (n, n), ("gcn", layer.add_self_loops),
+                                                 lambda _: ei), weight)
+        else:
+            result = _Propagation(_message_graph(layer, edge_index, (n, n)), weight)
     if layer.normalize and layer.cached:
         layer._cached_edge_index = result
     return result
 
 
-def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int) -> Tensor | None:
+def _edge_weights(layer, propagation: _Propagation, message_dims: int) -> Tensor | None:
     """The per-edge multiplier of a weighted sum: the edge weights, times the explanation mask in explain mode."""
-    explained = _explain_factor(layer, graph, message_dims)
+    explained = _explain_factor(layer, propagation.graph, message_dims)
+    weight = propagation.edge_weights()
     if explained is None:
         return weight
     return explained if weight is None else weight * explained
@@ -335,14 +374,20 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
             _warn_once("GCNConv", unfused)
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("GCNConv", x)
-        graph, weight = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
+        propagation = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
         x = self.lin(x)
         rows, restore = _vertex_rows(self, x)
-        feats = {"x": rows}
-        weight = _edge_weights(self, graph, weight, x.dim())
-        if weight is not None:
-            feats["w"] = weight.to(x.dtype)
-        out = restore(programs.weighted_sum("w" in feats)(graph, **feats))
+        dinv = propagation.dinv
+        if dinv is not None and not self.explain:  # each edge u -> v weighs dinv[u] * dinv[v]
+            dinv = dinv.to(rows.dtype).unsqueeze(1)
+            out = programs.weighted_sum(False)(propagation.graph, x=rows * dinv) * dinv
+        else:
+            feats = {"x": rows}
+            weight = _edge_weights(self, propagation, x.dim())
+            if weight is not None:
+                feats["w"] = weight.to(x.dtype)
+            out = programs.weighted_sum("w" in feats)(propagation.graph, **feats)
+        out = restore(out)
         if self.bias is not None:
             out = out + self.bias
         return out
@@ -359,14 +404,25 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
             _warn_once("APPNP", unfused)
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("APPNP", x)
-        graph, weight = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
+        propagation = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
+        graph = propagation.graph
         explained = _explain_factor(self, graph, x.dim())
         rows, restore = _vertex_rows(self, x)
         alpha = x.new_tensor(self.alpha)
+        dropping = self.dropout > 0 and self.training
+        dinv = propagation.dinv
+        if dinv is not None and not dropping and explained is None:
+            # each edge u -> v weighs dinv[u] * dinv[v]: the vertices are scaled, no edge carries a weight
+            dinv = dinv.to(rows.dtype).unsqueeze(1)
+            out = rows
+            for _ in range(self.K):
+                out = (1 - alpha) * programs.weighted_sum(False)(graph, x=out * dinv) * dinv + alpha * rows
+            return restore(out)
+        weight = propagation.edge_weights()
         h = out = rows
         for _ in range(self.K):
             w = weight
-            if self.dropout > 0 and self.training:
+            if dropping:
                 w = F.dropout(rows.new_ones(graph.num_edges) if w is None else w, p=self.dropout)
             if explained is not None:
                 w = explained if w is None else w * explained
