@@ -65,16 +65,14 @@ class GATConv(_DGLGATConv):
         g = as_graph(graph)
         feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
                  "x": feat_src.reshape(-1, heads, F)}
-        mask = None  # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha
-        if self.training and self.attn_drop.p > 0:  # DGL's own dropout on the attention (p=1 drops it all)
-            mask = self.attn_drop(el.new_ones(g.num_edges, heads, 1))
+        # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha.
+        # Its attention dropout (p=1 drops it all) is drawn in the kernel: no edges x heads mask
+        keep = el.new_tensor(1 - self.attn_drop.p) if self.training and self.attn_drop.p > 0 else None
         if edge_weight is not None:
             weight = edge_weight.reshape(g.num_edges, 1, 1).to(el.dtype)
-            mask = weight.expand(g.num_edges, heads, 1) if mask is None else mask * weight
-        if mask is not None:
-            feats["mask"] = mask.contiguous()
+            feats["mask"] = weight.expand(g.num_edges, heads, 1).contiguous()
         slope = el.new_tensor(self.leaky_relu.negative_slope)
-        prog = programs.gat_attention(True, False, mask is not None, slope, with_attention=bool(get_attention))
+        prog = programs.gat_attention(True, False, "mask" in feats, slope, bool(get_attention), keep)
         # one dtype for the kernel: under autocast the scores come out float32 beside half features
         result = prog(g, **{name: t.to(feat_src.dtype) for name, t in feats.items()})
         rst, attention = result if get_attention else (result, None)

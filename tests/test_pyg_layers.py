@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from helpers import random_graph
+from helpers import assert_unbiased, draws, random_graph
 
 import seastar_layers as sl
 from seastar_layers.graph import graph_cache
@@ -28,14 +28,17 @@ def pair(name, **kwargs):
     return ref, ours
 
 
-def check(ref, ours, *args, **kwargs):
-    """Same outputs and same gradients for every parameter and the input features."""
+def check(ref, ours, *args, seed=None, **kwargs):
+    """Same outputs and same gradients for every parameter and the input features (with a seed,
+    torch's generator is seeded before each layer's call)."""
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
     for t in leaves:
         t.requires_grad_(True)
     outs = []
     for layer in (ref, ours):
         layer.zero_grad()
+        if seed is not None:
+            torch.manual_seed(seed)
         out = layer(*args, **kwargs)
         gen = torch.Generator().manual_seed(3)
         (out * torch.randn(out.shape, generator=gen)).sum().backward()
@@ -102,6 +105,21 @@ def test_gat_dropout_is_on_attention_and_deterministic_in_eval():
     b = ours(x, ei)
     assert not torch.allclose(a, b)  # dropout is active in training
     assert torch.isfinite(a).all()
+
+
+@pytest.mark.parametrize("dropout", [0.2, 0.6])
+def test_gat_attention_dropout_is_unbiased(dropout):
+    """The kernel's draws rescale what they keep: over many training calls the mean output tends
+    to the eval output, and the spread is PyG's (the same dropout on the same coefficients)."""
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, dropout=dropout)
+    x, ei = data()
+    with torch.no_grad():
+        expected = ours(x, ei)
+    ours_draws = draws(ours.train(), (x, ei), 300)
+    theirs = draws(ref.train(), (x, ei), 300, seed=1)
+    assert_unbiased(ours_draws, expected, "seastar GATConv")
+    ratio = float(ours_draws.var(0).sum() / theirs.var(0).sum())
+    assert 0.75 < ratio < 1.33, f"ours spreads {ratio:.2f} times as much as PyG's (variance)"
 
 
 @pytest.mark.parametrize("options", [dict(), dict(improved=True), dict(add_self_loops=False), dict(normalize=False),

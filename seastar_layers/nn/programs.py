@@ -32,18 +32,24 @@ def _declared(names, table: dict) -> dict:
     return {name: table[name] for name in names}
 
 
-def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: torch.Tensor,
-                  with_attention: bool = False) -> CompiledProgram:
+def gat_attention(with_dst: bool, with_edge: bool, with_mask: bool, slope: torch.Tensor,
+                  with_attention: bool = False, keep: torch.Tensor | None = None) -> CompiledProgram:
     """out_v = sum_e alpha[e] * x[u], alpha[e] = softmax_v(leaky_relu(a_src[u] + a_dst[v] + a_edge[e])) * mask[e].
 
-    with_attention also returns alpha, one (heads, 1) row per edge in edge order: the attention
-    the libraries return, after dropout (the mask). Without it the program is the plain one."""
+    `keep` (a 0-d tensor, 1 - the dropout rate) drops attention coefficients as F.dropout does, each
+    (edge, head) kept with probability keep and scaled by 1 / keep, from a counter-based draw keyed
+    by a seed from torch's generator and the edge: no edges x heads mask exists, and the backward
+    regenerates the forward's draws. with_attention also returns alpha, one (heads, 1) row per edge
+    in edge order: the attention the libraries return, after dropout and the mask."""
+    with_dropout = keep is not None
 
     def gat_attention(v):
         logits = [e.src.a_src + (v.a_dst if with_dst else 0) + (e.a_edge if with_edge else 0) for e in v.inedges]
         weights = [torch.exp(torch.where(s > 0, s, s * slope)) for s in logits]
         total = sum(weights)
-        kept = [w * (e.mask if with_dropout else 1) for w, e in zip(weights, v.inedges)]
+        kept = [w * (e.mask if with_mask else 1)
+                * (torch.where(torch.rand_like(w) < keep, 1 / keep, 0) if with_dropout else 1)
+                for w, e in zip(weights, v.inedges)]
         # normalised once per row, not per edge: the backward then finds sum_e alpha_e (g . x_u) from
         # the saved weighted sum at the row, instead of sweeping the edges for it (rows without
         # in-edges take the untaken branch: PyG's 0)
@@ -51,7 +57,7 @@ def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: to
         alpha = [k / total for k in kept]
         return (out, alpha) if with_attention else out
 
-    names = ["a_src", "x"] + ["a_dst"] * with_dst + ["a_edge"] * with_edge + ["mask"] * with_dropout
+    names = ["a_src", "x"] + ["a_dst"] * with_dst + ["a_edge"] * with_edge + ["mask"] * with_mask
     return compile(gat_attention, shapes=_declared(names, GAT_SHAPES))
 
 
@@ -82,23 +88,26 @@ def prebuilt_variants():
     every dtype (the shapes are declared, so the example sizes do not matter)."""
     n, e, heads, channels = 3, 4, 2, 3
     for dtype in DTYPES:
-        scalar = torch.zeros((), dtype=dtype)
+        # the kernels read hyperparameters per call; 0.5 makes a slope and a keep probability that
+        # exercise both branches where the examples are run (tests)
+        scalar = torch.full((), 0.5, dtype=dtype)
 
         def t(*shape):
             return torch.zeros(*shape, dtype=dtype)
 
         for with_dst in (True, False):
             for with_edge in (True, False):
-                for with_dropout in (True, False):
+                for with_mask in (True, False):
                     feats = {"a_src": t(n, heads, 1), "x": t(n, heads, channels)}
                     if with_dst:
                         feats["a_dst"] = t(n, heads, 1)
                     if with_edge:
                         feats["a_edge"] = t(e, heads, 1)
-                    if with_dropout:
+                    if with_mask:
                         feats["mask"] = t(e, heads, 1)
                     for with_attention in (False, True):
-                        yield gat_attention(with_dst, with_edge, with_dropout, scalar, with_attention), feats
+                        for keep in (None, scalar):
+                            yield gat_attention(with_dst, with_edge, with_mask, scalar, with_attention, keep), feats
         for with_weight in (False, True):
             feats = {"x": t(n, channels)} | ({"w": t(e)} if with_weight else {})
             yield weighted_sum(with_weight), feats

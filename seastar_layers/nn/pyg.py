@@ -203,30 +203,34 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
             e = self.lin_edge(edge_attr).view(-1, H, C)
             feats["a_edge"] = (e * self.att_edge).sum(-1, keepdim=True)
-        dropout = None
-        if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
-            dropout = F.dropout(x_src.new_ones(graph.num_edges, H, 1), p=self.dropout)
+        # PyG drops attention coefficients in training (dropout=1 drops them all): drawn in the kernel
+        keep = x_src.new_tensor(1 - self.dropout) if self.training and self.dropout > 0 else None
         explained = _explain_factor(self, graph, 3)
-        message_mask = dropout
         if explained is not None:
-            explained = explained.to(x_src.dtype).view(-1, 1, 1)
-            message_mask = explained.expand(graph.num_edges, H, 1) if dropout is None else dropout * explained
+            explained = explained.to(x_src.dtype).view(-1, 1, 1).expand(graph.num_edges, H, 1)
         slope = x_src.new_tensor(self.negative_slope)
 
-        def sweep(mask, with_attention=False):
+        def sweep(mask, keep, with_attention=False):
             given = feats if mask is None else dict(feats, mask=mask.contiguous())
             # one dtype for the kernel: under autocast the scores come out float32 beside half features
             given = {name: t.to(x_src.dtype) for name, t in given.items()}
-            prog = programs.gat_attention("a_dst" in given, "a_edge" in given, "mask" in given, slope, with_attention)
+            prog = programs.gat_attention("a_dst" in given, "a_edge" in given, "mask" in given, slope, with_attention,
+                                          keep)
             return prog(graph, **given)
 
-        if return_attention_weights:
-            # PyG returns the attention after dropout; its explain mask scales the messages only
-            out, alpha = sweep(dropout, with_attention=True)
+        if return_attention_weights and explained is not None and keep is not None:
+            # PyG returns the attention after dropout, and its explain mask scales the messages only:
+            # two sweeps that must drop the same coefficients share one stored mask here (explaining
+            # is a small-graph affair)
+            dropped = F.dropout(x_src.new_ones(graph.num_edges, H, 1), p=self.dropout)
+            _, alpha = sweep(dropped, None, with_attention=True)
+            out = sweep(dropped * explained, None)
+        elif return_attention_weights:
+            out, alpha = sweep(None, keep, with_attention=True)
             if explained is not None:
-                out = sweep(message_mask)
+                out = sweep(explained, None)
         else:
-            out = sweep(message_mask)
+            out = sweep(explained, keep)
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
