@@ -47,6 +47,7 @@ enum class From : int8_t {
   kSavedOut,  // forward: saved value `index`, returned for the backward
   kGradient,  // backward: (part of) the gradient of argument `index`
   kTemp,      // passed between the kernels of one program
+  kSeed,      // the op's argument `index`: the seed of the program's random draws (0-d int64)
 };
 
 struct Buffer {
@@ -88,6 +89,7 @@ struct Family {
   int num_cpu;
   const Variant* cuda;
   int num_cuda;
+  int seed;                      // the seed argument's index (not an option: it selects no variant), or -1
 };
 
 using Arguments = std::vector<const at::Tensor*>;  // null: an optional argument not given
@@ -326,7 +328,7 @@ class Call {
                      "; convert the features to float32, float64, float16 or bfloat16");
     std::string key = dtype;
     for (int i = 0; i < f_.num_arguments; ++i)
-      if (args_[i] != nullptr && i >= f_.first_optional) key += std::string("|") + f_.arguments[i];
+      if (args_[i] != nullptr && i >= f_.first_optional && i != f_.seed) key += std::string("|") + f_.arguments[i];
     for (int i = 0; i < f_.num_switches; ++i)
       if (switches_[i]) key += std::string("|") + f_.switches[i];
     const Variant* table = cuda ? f_.cuda : f_.cpu;
@@ -432,6 +434,16 @@ class Call {
           check_argument(b);
           buffers.push_back(*args_[b.index]);
           break;
+        case From::kSeed: {
+          const at::Tensor* seed = args_[b.index];
+          TORCH_CHECK_VALUE(seed != nullptr, f_.op, ": this variant draws random numbers and needs 'seed', a 0-d int64 "
+                            "tensor (seastar_layers draws one from torch's generator per call)");
+          TORCH_CHECK_TYPE(seed->scalar_type() == at::kLong && seed->dim() == 0, f_.op,
+                           ": 'seed' must be a 0-d int64 tensor, got ", torch_name(seed->scalar_type()), " of shape ",
+                           seed->sizes());
+          buffers.push_back(*seed);
+          break;
+        }
         case From::kDegree:
           buffers.push_back((graph_[0].slice(0, 1) - graph_[0].slice(0, 0, -1)).to(options.dtype()));
           break;

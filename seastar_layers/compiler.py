@@ -22,7 +22,7 @@ from .passes.canonicalize import canonicalize
 from .passes.hoist import hoist_params
 from .passes.schedule import Schedule, schedule
 from .passes.softmax import stabilise_softmax
-from .runtime import config, jit, prebuilt, toolchain
+from .runtime import config, jit, library, prebuilt, toolchain
 from .runtime.executor import COMPUTE_DTYPE
 from .runtime.op import CompiledOp, make_op
 from .runtime.params import evaluate_prelude
@@ -380,8 +380,8 @@ def _gather_inputs(fn, spec: Specialisation, g: Graph, features: dict) -> list[t
         key = buf.key
         if key.role is Role.DEGREE:
             inputs.append(g.in_degree(compute))
-        elif key.role is Role.SEED:  # from torch's generator: reproducible under torch.manual_seed
-            inputs.append(torch.randint(0, 2**62, (), dtype=torch.int64, device=g.device))
+        elif key.role is Role.SEED:
+            inputs.append(library.draw_seed(g.device))
         elif key.role is Role.PARAM:
             inputs.append(params[key.name].contiguous())
         else:

@@ -111,18 +111,19 @@ class GATConv(_DGLGATConv):
         heads = math.prod(src_prefix[1:]) * H
         feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
                  "x": feat_src.reshape(-1, heads, F)}
-        mask = None  # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha
-        if self.training and self.attn_drop.p > 0:  # DGL's own dropout on the attention (p=1 drops it all)
-            mask = self.attn_drop(el.new_ones(g.num_edges, heads, 1))
+        # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha.
+        # Its attention dropout (p=1 drops it all) is drawn in the kernel: no edges x heads mask
+        keep = 1 - self.attn_drop.p if self.training and self.attn_drop.p > 0 else None
         if edge_weight is not None:
             weight = edge_weight.reshape(g.num_edges, 1, 1).to(el.dtype)
-            mask = weight.expand(g.num_edges, heads, 1) if mask is None else mask * weight
-        if mask is not None:
-            feats["mask"] = mask.contiguous()
+            feats["mask"] = weight.expand(g.num_edges, heads, 1).contiguous()
         slope = el.new_tensor(self.leaky_relu.negative_slope)
         # one dtype for the kernel: under autocast the scores come out float32 beside half features
         result = programs.GAT_ATTENTION(g, slope=slope, with_attention=bool(get_attention),
+                                        keep=None if keep is None else el.new_tensor(keep),
                                         **{name: t.to(feat_src.dtype) for name, t in feats.items()})
+        if keep is not None:  # F.dropout's scaling of what it keeps (keep = 0 keeps nothing)
+            result = [r * (1 / keep if keep > 0 else 0.0) for r in result]
         rst = result[0].view(*dst_prefix, H, F)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h_dst).view(*dst_prefix, -1, F)

@@ -53,7 +53,6 @@ class Graph:
         self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid = arrays
         self.num_src, self.num_dst = num_src, num_dst
         self.listed = listed  # which edge slots belong to rows, where some do not (see csr_layouts)
-        self._degree_cache: dict[torch.dtype, torch.Tensor] = {}
         self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
         self._derived: dict = {}
 
@@ -97,9 +96,7 @@ class Graph:
 
     def in_degree(self, dtype: torch.dtype) -> torch.Tensor:
         """In-degree of every destination as a (num_dst,) tensor of dtype, cached."""
-        if dtype not in self._degree_cache:
-            self._degree_cache[dtype] = (self.in_indptr[1:] - self.in_indptr[:-1]).to(dtype)
-        return self._degree_cache[dtype]
+        return self.derived(("in_degree", dtype), lambda: (self.in_indptr[1:] - self.in_indptr[:-1]).to(dtype))
 
     def __repr__(self) -> str:
         return f"Graph(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges})"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import types
 
 import torch
@@ -138,3 +139,48 @@ def assert_same_signatures(theirs, ours):
         expected, got = (inspect.signature(getattr(cls, method)).parameters.values() for cls in (theirs, ours))
         assert [(p.name, p.kind, p.default) for p in got] == [(p.name, p.kind, p.default) for p in expected], \
             f"{ours.__qualname__}.{method}"
+
+
+def kept_share_is_plausible(kept: torch.Tensor, keep: float) -> bool:
+    """The share of kept coefficients is within 5 standard errors of the keep probability."""
+    n = kept.numel()
+    return abs(float(kept.float().mean()) - keep) < 5 * (keep * (1 - keep) / n) ** 0.5
+
+
+@contextlib.contextmanager
+def stock_dropout_replays(kept: torch.Tensor):
+    """Inside, F.dropout on a tensor with kept's number of elements (the stock layers' attention
+    dropout, PyG's F.dropout and DGL's nn.Dropout alike) drops where kept is False and scales as
+    F.dropout does; other calls (feature dropout) draw as usual. Our layers draw their attention
+    dropout in the kernel; replaying their draws in the stock layer compares results exactly."""
+    original = torch.nn.functional.dropout
+
+    def replay(input, p=0.5, training=True, inplace=False):
+        if not training or input.numel() != kept.numel():
+            return original(input, p, training, inplace)
+        return input * kept.reshape(input.shape).to(input.dtype) / (1 - p)
+
+    torch.nn.functional.dropout = replay
+    try:
+        yield
+    finally:
+        torch.nn.functional.dropout = original
+
+
+def draws(layer, args, count: int, seed: int = 0) -> torch.Tensor:
+    """count training-mode outputs of layer, seeded once: (count, *output shape) on the CPU."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        return torch.stack([layer(*args).double().cpu() for _ in range(count)])
+
+
+def assert_unbiased(samples: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Dropout rescales what it keeps, so the mean of many draws tends to the eval output: the
+    distance of the sample mean from it must be what the spread of the samples explains (within 4
+    of its standard errors; for a dropout that is not rescaled this fails by far)."""
+    mean, var = samples.mean(0), samples.var(0)
+    assert var.sum() > 0, f"{what}: no dropout happened in training"
+    error = (mean - expected.double().cpu()).norm()
+    standard_error = (var.sum() / samples.shape[0]).sqrt()
+    assert error < 4 * standard_error, f"{what}: the mean of {samples.shape[0]} draws is {error:.3g} from the eval " \
+                                       f"output, {error / standard_error:.1f} standard errors"

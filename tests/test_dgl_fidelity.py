@@ -4,7 +4,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import assert_same_signatures
+from helpers import assert_same_signatures, kept_share_is_plausible, stock_dropout_replays
 from test_dgl_layers import F_IN, N, check, graph, pair, sampled_blocks, x
 
 from seastar_layers.compat import import_dgl
@@ -95,12 +95,9 @@ def test_appnp_on_a_graph_without_vertices():
     check(ref, ours, next(empty_graphs())[1], x(0))
 
 
-@pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2, feat_drop=0.3,
-                                                          attn_drop=0.4)),
-                                         ("APPNPConv", dict(k=3, alpha=0.1, edge_drop=0.4))], ids=str)
-def test_training_mode_draws_dropout_as_dgl(name, kwargs):
+def test_appnp_training_mode_draws_edge_dropout_as_dgl():
     """Same seed, same masks: training-mode outputs are DGL's, not just distributed like them."""
-    ref, ours = pair(name, **kwargs)
+    ref, ours = pair("APPNPConv", k=3, alpha=0.1, edge_drop=0.4)
     ref.train()
     ours.train()
     outs = []
@@ -108,6 +105,24 @@ def test_training_mode_draws_dropout_as_dgl(name, kwargs):
         torch.manual_seed(7)
         outs.append(layer(graph(), x()))
     torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+
+
+def test_gat_training_drops_attention_as_dgl():
+    """Attention dropout is drawn in the kernel, with no edges x heads mask: reproducible under
+    torch.manual_seed, keeping its share, and, given the coefficients it dropped (DGL's attn_drop
+    replays them; feature dropout draws as DGL's), DGL's output and gradients."""
+    ref, ours = pair("GATConv", in_feats=F_IN, out_feats=3, num_heads=2, feat_drop=0.3, attn_drop=0.4)
+    ref.train()
+    ours.train()
+    g, feat = graph(), x()
+    torch.manual_seed(7)
+    out, attention = ours(g, feat, get_attention=True)
+    torch.manual_seed(7)
+    assert torch.equal(ours(g, feat), out)
+    kept = attention != 0
+    assert kept_share_is_plausible(kept, 0.6)
+    with stock_dropout_replays(kept):
+        check(ref, ours, g, feat, seed=7)
 
 
 @pytest.mark.parametrize("name", ["GATConv", "GraphConv", "APPNPConv"])

@@ -28,12 +28,15 @@ def pair(name, **kwargs):
     return ref, ours
 
 
-def check(ref, ours, g, feat, **kwargs):
+def check(ref, ours, g, feat, seed=None, **kwargs):
+    """Same outputs and gradients (with a seed, torch's generator is seeded before each layer's call)."""
     feats = feat if isinstance(feat, tuple) else (feat,)
     results = []
     for layer in (ref, ours):
         leaves = [f.detach().clone().requires_grad_() for f in feats]
         layer.zero_grad()
+        if seed is not None:
+            torch.manual_seed(seed)
         out = layer(g, tuple(leaves) if isinstance(feat, tuple) else leaves[0], **kwargs)
         gen = torch.Generator().manual_seed(5)
         (out * torch.randn(out.shape, generator=gen)).sum().backward()

@@ -22,7 +22,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
-from helpers import random_graph
+from helpers import assert_unbiased, draws, random_graph
 from test_cuda_dialect import HALF_TOLERANCE, gat, hub_graph, per_head_dot, sum_max
 from test_language import CASES, N, features, weighted_sum
 from test_pyg_layers import GAT_OPTIONS as PYG_GAT_OPTIONS
@@ -347,25 +347,6 @@ def test_pyg_gat_odd_widths(width):
 
 
 # --- dropout in training: seeded, and statistically as the library's -------------------------
-def draws(layer, args, count: int, seed: int = 0) -> torch.Tensor:
-    """count training-mode outputs of layer, seeded once: (count, *output shape) on the CPU."""
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        return torch.stack([layer(*args).double().cpu() for _ in range(count)])
-
-
-def assert_unbiased(samples: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """Dropout rescales what it keeps, so the mean of many draws tends to the eval output: the
-    distance of the sample mean from it must be what the spread of the samples explains (within 4
-    of its standard errors; for a dropout that is not rescaled this fails by far)."""
-    mean, var = samples.mean(0), samples.var(0)
-    assert var.sum() > 0, f"{what}: no dropout happened in training"
-    error = (mean - expected.double().cpu()).norm()
-    standard_error = (var.sum() / samples.shape[0]).sqrt()
-    assert error < 4 * standard_error, f"{what}: the mean of {samples.shape[0]} draws is {error:.3g} from the eval " \
-                                       f"output, {error / standard_error:.1f} standard errors"
-
-
 DRAWS = 200 if LARGE else 40
 
 

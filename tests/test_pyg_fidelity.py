@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from helpers import assert_same_signatures, random_graph
+from helpers import assert_same_signatures, kept_share_is_plausible, random_graph, stock_dropout_replays
 from test_pyg_layers import F_IN, N, check, data, pair
 
 import seastar_layers as sl
@@ -296,15 +296,23 @@ def test_signatures_are_pygs(name):
     assert_same_signatures(getattr(pyg_nn, name), getattr(sl, name))
 
 
-def test_gat_training_draws_attention_dropout_as_pyg():
-    """Same seed, same masks: training-mode outputs are PyG's, not just distributed like them."""
+def test_gat_training_drops_attention_as_pyg():
+    """Attention dropout is drawn in the kernel, with no edges x heads mask: reproducible under
+    torch.manual_seed, keeping its share, and, given the coefficients it dropped (PyG's F.dropout
+    replays them), PyG's output and gradients. The plain call draws what the call returning the
+    attention drew: one seed, the same edges and heads."""
     ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, dropout=0.4)
+    ref.train(), ours.train()
     x, ei = data()
-    outs = []
-    for layer in (ref.train(), ours.train()):
-        torch.manual_seed(7)
-        outs.append(layer(x, ei))
-    torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+    torch.manual_seed(7)
+    out, (_, alpha) = ours(x, ei, return_attention_weights=True)
+    torch.manual_seed(7)
+    assert torch.equal(ours(x, ei), out)
+    assert not torch.equal(ours(x, ei), out)  # the next call draws anew
+    kept = alpha != 0
+    assert kept_share_is_plausible(kept, 0.6)
+    with stock_dropout_replays(kept):
+        check(ref, ours, x, ei, seed=7)
 
 
 def test_appnp_training_draws_fresh_edge_dropout_each_step():

@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from helpers import random_graph
+from helpers import assert_unbiased, draws, random_graph
 
 import seastar_layers as sl
 from seastar_layers.graph import graph_cache
@@ -28,14 +28,17 @@ def pair(name, **kwargs):
     return ref, ours
 
 
-def check(ref, ours, *args, **kwargs):
-    """Same outputs and same gradients for every parameter and the input features."""
+def check(ref, ours, *args, seed=None, **kwargs):
+    """Same outputs and same gradients for every parameter and the input features (with a seed,
+    torch's generator is seeded before each layer's call)."""
     leaves = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
     for t in leaves:
         t.requires_grad_(True)
     outs = []
     for layer in (ref, ours):
         layer.zero_grad()
+        if seed is not None:
+            torch.manual_seed(seed)
         out = layer(*args, **kwargs)
         gen = torch.Generator().manual_seed(3)
         (out * torch.randn(out.shape, generator=gen)).sum().backward()
@@ -102,6 +105,21 @@ def test_gat_dropout_is_on_attention_and_deterministic_in_eval():
     b = ours(x, ei)
     assert not torch.allclose(a, b)  # dropout is active in training
     assert torch.isfinite(a).all()
+
+
+@pytest.mark.parametrize("dropout", [0.2, 0.6])
+def test_gat_attention_dropout_is_unbiased(dropout):
+    """The kernel's draws rescale what they keep: over many training calls the mean output tends
+    to the eval output, and the spread is PyG's (the same dropout on the same coefficients)."""
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, dropout=dropout)
+    x, ei = data()
+    with torch.no_grad():
+        expected = ours(x, ei)
+    ours_draws = draws(ours.train(), (x, ei), 300)
+    theirs = draws(ref.train(), (x, ei), 300, seed=1)
+    assert_unbiased(ours_draws, expected, "seastar GATConv")
+    ratio = float(ours_draws.var(0).sum() / theirs.var(0).sum())
+    assert 0.75 < ratio < 1.33, f"ours spreads {ratio:.2f} times as much as PyG's (variance)"
 
 
 @pytest.mark.parametrize("options", [dict(), dict(improved=True), dict(add_self_loops=False), dict(normalize=False),
@@ -189,24 +207,26 @@ def test_second_forward_does_not_rebuild_the_graph():
 
 @pytest.mark.parametrize("name", ["GCNConv", "APPNP"])
 def test_normalisation_is_kept_with_the_graph_and_follows_its_edits(name, monkeypatch):
-    """Without edge weights gcn_norm follows from the graph alone: computed once per cached graph
-    (and dtype), and again when the edges change; the outputs stay PyG's."""
+    """Without edge weights gcn_norm follows from the graph alone: APPNP's per-edge weights are
+    computed once per cached graph (and dtype), and again when the edges change (GCN needs none:
+    test_gcn_normalisation_scales_vertices); the outputs stay PyG's."""
     kwargs = {"in_channels": F_IN, "out_channels": 3} if name == "GCNConv" else {"K": 3, "alpha": 0.1}
     ref, ours = pair(name, **kwargs)
     x, ei = data()
     calls = []
     original = sl.nn.edges.gcn_weights
     monkeypatch.setattr(sl.nn.edges, "gcn_weights", lambda *a: calls.append(1) or original(*a))
+    per_graph = 1 if name == "APPNP" else 0
     for _ in range(2):
         torch.testing.assert_close(ours(x, ei), ref(x, ei))
-    assert len(calls) == 1
+    assert len(calls) == per_graph
     ei[0, 0] = (ei[0, 0] + 1) % x.shape[0]  # an edit: a new graph, a new normalisation
     torch.testing.assert_close(ours(x, ei), ref(x, ei))
-    assert len(calls) == 2
+    assert len(calls) == 2 * per_graph
     for _ in range(2):  # edge weights may change between calls: normalised on each
         w = torch.rand(ei.shape[1])
         torch.testing.assert_close(ours(x, ei, w), ref(x, ei, w))
-    assert len(calls) == 4
+    assert len(calls) == 2 * per_graph + 2
 
 
 def test_no_silent_fallback_in_common_paths():
@@ -259,3 +279,30 @@ def test_half_precision_layers_follow_float32(dtype):
         reference = layer(x.to(dtype).float(), ei)  # the same rounded inputs, in float32
         torch.testing.assert_close(out.float(), reference, atol=tol, rtol=tol)
         out.float().sum().backward()
+
+
+@pytest.mark.parametrize("options", [dict(), dict(add_self_loops=False), dict(flow="target_to_source")], ids=str)
+def test_gcn_normalisation_scales_vertices(monkeypatch, options):
+    """Without edge weights gcn_norm's weight of u -> v is dinv[u] * dinv[v]: GCNConv scales the
+    vertices by the cached degrees instead, so no call computes a per-edge weight, the self-loop
+    slots are built once per graph object, and the results (gradients included) are PyG's."""
+    calls = {"with_self_loops": 0, "gcn_weights": 0}
+
+    def counted(name):
+        original = getattr(sl.nn.edges, name)
+
+        def call(*args):
+            calls[name] += 1
+            return original(*args)
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(sl.nn.edges, name, counted(name))
+    ref, ours = pair("GCNConv", in_channels=F_IN, out_channels=6, **options)
+    x, ei = data()
+    for _ in range(3):
+        check(ref, ours, x, ei)
+    loops = 0 if options.get("add_self_loops") is False else 1
+    assert calls == {"with_self_loops": loops, "gcn_weights": 0}
+    check(ref, ours, x, ei.clone())  # another graph object: its own loops and degrees
+    assert calls == {"with_self_loops": 2 * loops, "gcn_weights": 0}

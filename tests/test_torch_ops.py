@@ -26,9 +26,10 @@ OPS = torch.ops.seastar_layers
 SIZES = [{2: 3, 3: 5}, {2: 4, 3: 4}, {2: 1, 3: 1}]
 
 
-def random_inputs(family, features, seed, sizes=SIZES[0]):
+def random_inputs(family, features, seed, sizes=SIZES[0], options=()):
     """Random features of the variant's declared shapes on GRAPH (the examples' sizes 2 and 3
-    replaced by `sizes`), and random parameters."""
+    replaced by `sizes`), random parameters (the optional ones in `options`), and where the
+    variant draws random numbers, a seed."""
     gen = torch.Generator().manual_seed(seed)
     rows = {3: N, 4: GRAPH.num_edges}  # the examples' rows: 3 per vertex, 4 per edge
     tensors = {}
@@ -36,8 +37,10 @@ def random_inputs(family, features, seed, sizes=SIZES[0]):
         shape = [sizes.get(d, d) for d in t.shape[1:]]
         tensors[name] = torch.randn(rows[t.shape[0]], *shape, generator=gen, dtype=t.dtype)
     dtype = next(iter(features.values())).dtype
-    for p in family.params:
+    for p in family.params + tuple(p for p in family.optional_params if p in options):
         tensors[p] = torch.rand((), generator=gen, dtype=COMPUTE_DTYPE[dtype])
+    if family.seeded_by in options:
+        tensors["seed"] = torch.randint(0, 2**62, (), generator=gen)
     return tensors
 
 
@@ -53,12 +56,17 @@ def test_every_variant_equals_its_program(family):
     into the extension (every option and switch, in every dtype) and several sizes each."""
     for k, (options, dtype, program, features) in enumerate(family.variants()):
         for sizes in SIZES:
-            tensors = {n: t.requires_grad_() for n, t in random_inputs(family, features, k, sizes).items()}
-            feats = {n: t for n, t in tensors.items() if n not in family.params}
+            tensors = random_inputs(family, features, k, sizes, options)
+            tensors.pop("seed", None)  # each path draws one from torch's generator: seeded alike below
+            tensors = {n: t.requires_grad_() for n, t in tensors.items()}
+            feats = {n: t for n, t in tensors.items() if family.is_feature(n)}
             switches = {s: True for s in family.switches if s in options}
+            torch.manual_seed(k)
             ours = family(GRAPH, **tensors, **switches)
+            torch.manual_seed(k)
             theirs = family.build(**{flag: feature in options for feature, flag in family.optional}, **switches,
-                                  **{p: tensors[p] for p in family.params})(GRAPH, **feats)
+                                  **{p: tensors[p] for p in family.params},
+                                  **{p: tensors.get(p) for p in family.optional_params})(GRAPH, **feats)
             theirs = list(theirs) if isinstance(theirs, tuple) else [theirs]
             assert len(ours) == len(theirs)
             for got, want in zip(ours, theirs):
@@ -90,8 +98,9 @@ def op_args(family, options, tensors):
 def test_opcheck(family, options, features):
     """Schema, fake implementation, autograd registration and AOT dispatch of the forward op, then
     of the backward op, for each set of options (float32 and float16)."""
-    tensors = random_inputs(family, features, seed=1)
-    args = op_args(family, options, {n: t.detach().requires_grad_() for n, t in tensors.items()})
+    tensors = random_inputs(family, features, seed=1, options=options)
+    args = op_args(family, options, {n: t.detach().requires_grad_() if t.is_floating_point() else t
+                                     for n, t in tensors.items()})
     forward = getattr(OPS, family.name)
     torch.library.opcheck(forward, tuple(args))
     results, saved = forward(*op_args(family, options, tensors))
@@ -125,8 +134,11 @@ def call_gat(graph=None, **overrides):
     ({"slope": torch.tensor([0.2])}, ValueError, ["parameter 'slope'", "shape []"]),
     ({"slope": torch.tensor(0.2, dtype=torch.float64)}, TypeError, ["parameter 'slope' must be torch.float32"]),
     ({"x": torch.randn(N)}, ValueError, ["'x' must have shape (rows, heads, channels)"]),
+    ({"keep": torch.tensor(0.5)}, ValueError, ["draws random numbers and needs 'seed'", "0-d int64"]),
+    ({"keep": torch.tensor(0.5), "seed": torch.tensor(7.0)}, TypeError, ["'seed' must be a 0-d int64 tensor",
+                                                                         "torch.float32"]),
 ], ids=["rows", "sizes disagree", "declared 1", "mixed dtypes", "dtype", "contiguity", "param shape", "param dtype",
-        "rank"])
+        "rank", "no seed", "seed dtype"])
 def test_entry_point_refuses_bad_arguments(overrides, error, words):
     with pytest.raises(error) as info:
         call_gat(**overrides)
@@ -177,12 +189,16 @@ def test_variant_keys_name_dtype_and_options():
     assert variant_key(torch.bfloat16, ("a_dst", "mask", "with_attention")) == "bfloat16|a_dst|mask|with_attention"
     tensors, options = GAT_ATTENTION.split([torch.zeros(1), torch.zeros(1), torch.zeros(()), None, torch.zeros(1)])
     assert sorted(tensors) == ["a_edge", "a_src", "slope", "x"] and options == ("a_edge",)
-    assert GAT_ATTENTION.split([torch.zeros(1)] * 3 + [None] * 3 + [True])[1] == ("with_attention",)
+    optional = len(GAT_ATTENTION.arguments) - 3
+    assert GAT_ATTENTION.split([torch.zeros(1)] * 3 + [None] * optional + [True])[1] == ("with_attention",)
+    # the seed selects no variant: the optional parameter that makes the program draw does
+    keep, seed = torch.zeros(()), torch.zeros((), dtype=torch.int64)
+    assert GAT_ATTENTION.split([torch.zeros(1)] * 3 + [None] * (optional - 2) + [keep, seed])[1] == ("keep",)
 
 
 def test_one_kernel_per_option_and_dtype():
-    """Declared shapes: the extension holds one variant per set of options and dtype (80 in all)."""
-    assert [len(list(f.variants())) for f in FAMILIES] == [64, 8, 8]
+    """Declared shapes: the extension holds one variant per set of options and dtype (144 in all)."""
+    assert [len(list(f.variants())) for f in FAMILIES] == [128, 8, 8]
 
 
 def test_torchscript_calls_a_registered_op():
@@ -204,7 +220,8 @@ def test_ops_exist_right_after_import():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "seastar_layers::gat_attention(Tensor[] graph, Tensor a_src, Tensor x, Tensor slope, Tensor? a_dst=None, " \
-           "Tensor? a_edge=None, Tensor? mask=None, bool with_attention=False) -> (Tensor[], Tensor[])" in result.stdout
+           "Tensor? a_edge=None, Tensor? mask=None, Tensor? keep=None, Tensor? seed=None, bool with_attention=False) " \
+           "-> (Tensor[], Tensor[])" in result.stdout
     assert result.stdout.count("seastar_layers::") == 6
 
 
@@ -240,7 +257,7 @@ def test_cuda_without_cuda_kernels_runs_the_jit(family, monkeypatch):
     monkeypatch.setattr(library, "_warned_jit", False)
     options = family.options
     features = family.examples(options, torch.float64)
-    args = op_args(family, options, random_inputs(family, features, seed=4))
+    args = op_args(family, options, random_inputs(family, features, seed=4, options=options))
     graph = GRAPH.tensors(with_orders=True)
     with pytest.warns(RuntimeWarning, match="has no CUDA kernels.*FORCE_CUDA=1"):
         results, saved = library._jit_forward(family, graph, *args[1:])

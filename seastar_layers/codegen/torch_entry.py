@@ -4,13 +4,16 @@ An op family (OpFamily) is one vertex program with options. `torch.ops.seastar_l
 runs every specialisation of it and `<name>_backward` their backward:
 
     name(Tensor[] graph, <required features>, <parameters>, Tensor? <optional feature>=None, ...,
-         bool <switch>=False, ...) -> (Tensor[] results, Tensor[] saved)
+         Tensor? <optional parameter>=None, ..., [Tensor? seed=None,] bool <switch>=False, ...)
+         -> (Tensor[] results, Tensor[] saved)
     name_backward(Tensor[] graph, <the same>, Tensor[] saved, Tensor[] grads) -> Tensor[]
         (one gradient per tensor given, in schema order)
 
 `graph` is `Graph.tensors()`: the six CSR arrays, and on a GPU the two row orders. Parameters are
 0-d tensors of the compute dtype; an expression of parameters is computed by the caller, in
-torch, so that torch's autograd differentiates it. The entry point picks the kernel from what it
+torch, so that torch's autograd differentiates it. A family whose programs draw random numbers
+(torch.rand_like) takes a 0-d int64 `seed`, drawn by the caller from torch's generator per
+forward call and given to the backward, which regenerates the draws. The entry point picks the kernel from what it
 is given: which optional features and switches, and their dtype (variant_key); the programs declare
 their shapes, so the sizes are run-time values the entry point binds and checks.
 
@@ -57,8 +60,10 @@ class OpFamily:
     """A layer's vertex program and its options: one op.
 
     build(**flags, **params) returns the program for one set of options; an optional feature
-    given turns its flag on, and a switch (a bool argument of the op, e.g. with_attention: an
-    extra result) is a flag by itself. The program declares its feature shapes (sl.compile's
+    given turns its flag on, an optional parameter given is passed (else None), and a switch (a
+    bool argument of the op, e.g. with_attention: an extra result) is a flag by itself.
+    `seeded_by` names the optional parameter whose variants draw random numbers: the op then takes
+    a seed. The program declares its feature shapes (sl.compile's
     shapes=), so one kernel per options and dtype serves every size. `example` gives a full shape
     (rows first) per feature, for compiling: its sizes do not matter, only which rows it has."""
 
@@ -68,6 +73,8 @@ class OpFamily:
     params: tuple[str, ...]
     example: dict[str, tuple]
     switches: tuple[str, ...] = ()
+    optional_params: tuple[str, ...] = ()
+    seeded_by: str | None = None
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
     @property
@@ -75,23 +82,33 @@ class OpFamily:
         return self.build.__name__
 
     @property
+    def optional_arguments(self) -> tuple[str, ...]:
+        """The op's optional tensor arguments, in schema order: features, parameters, the seed."""
+        return (tuple(feature for feature, _ in self.optional) + self.optional_params
+                + (("seed",) if self.seeded_by else ()))
+
+    @property
     def arguments(self) -> tuple[str, ...]:
         """The op's tensor arguments after the graph, in schema order."""
-        return self.required + self.params + tuple(feature for feature, _ in self.optional)
+        return self.required + self.params + self.optional_arguments
+
+    def is_feature(self, name: str) -> bool:
+        """A feature (rows of vertices or edges), else a 0-d parameter or the seed."""
+        return name not in self.params + self.optional_params + ("seed",)
 
     @property
     def options(self) -> tuple[str, ...]:
         """What selects a variant besides the dtype, in schema order."""
-        return tuple(feature for feature, _ in self.optional) + self.switches
+        return tuple(feature for feature, _ in self.optional) + self.optional_params + self.switches
 
     def schema(self) -> str:
-        args = [f"Tensor {n}" for n in self.required + self.params] + [f"Tensor? {f}=None" for f, _ in self.optional]
-        args += [f"bool {s}=False" for s in self.switches]
+        args = [f"Tensor {n}" for n in self.required + self.params]
+        args += [f"Tensor? {f}=None" for f in self.optional_arguments] + [f"bool {s}=False" for s in self.switches]
         return f"{self.name}(Tensor[] graph, {', '.join(args)}) -> (Tensor[], Tensor[])"
 
     def backward_schema(self) -> str:
-        args = [f"Tensor {n}" for n in self.required + self.params] + [f"Tensor? {f}" for f, _ in self.optional]
-        args += [f"bool {s}" for s in self.switches]
+        args = [f"Tensor {n}" for n in self.required + self.params]
+        args += [f"Tensor? {f}" for f in self.optional_arguments] + [f"bool {s}" for s in self.switches]
         return f"{self.name}_backward(Tensor[] graph, {', '.join(args)}, Tensor[] saved, Tensor[] grads) -> Tensor[]"
 
     def split(self, args) -> tuple[dict[str, Tensor], tuple[str, ...]]:
@@ -107,7 +124,10 @@ class OpFamily:
         options = set(options)
         flags = {flag: feature in options for feature, flag in self.optional}
         flags.update((s, s in options) for s in self.switches)
-        return self.build(**flags, **{p: torch.zeros((), dtype=COMPUTE_DTYPE[dtype]) for p in self.params})
+        placeholders = {p: torch.zeros((), dtype=COMPUTE_DTYPE[dtype]) for p in self.params}
+        placeholders.update((p, torch.zeros((), dtype=COMPUTE_DTYPE[dtype]) if p in options else None)
+                            for p in self.optional_params)
+        return self.build(**flags, **placeholders)
 
     def examples(self, options: Iterable[str], dtype: torch.dtype) -> dict[str, Tensor]:
         names = self.required + tuple(feature for feature, _ in self.optional if feature in options)
@@ -173,9 +193,10 @@ class VariantRenderer:
         if role is Role.SAVED:
             return ("kSaved" if buf.is_input else "kSavedOut"), self.saved.index(buf.key)
         if role is Role.SEED:
-            raise NotImplementedError(f"the {self.family.name} program draws random numbers ({buf.key!r}); the "
-                                      "op entry points do not pass a seed yet: draw one per forward call "
-                                      "(csrc/seastar_ops.h) and return it among the saved values for the backward")
+            if self.family.seeded_by is None:
+                raise ValueError(f"the {self.family.name} program draws random numbers ({buf.key!r}) but its op "
+                                 "takes no seed: declare the optional parameter whose variants draw (seeded_by=)")
+            return "kSeed", self.family.arguments.index("seed")
         return {Role.DEGREE: "kDegree", Role.TEMP: "kTemp"}[role], 0
 
     def buffers(self, name: str, sched: Schedule) -> str:
@@ -223,14 +244,15 @@ def cpp_parameters(family) -> str:
     """The C++ parameters of an entry point for the op's tensor arguments (after the graph)."""
     # const at::Tensor& a_src, const at::Tensor& slope, const std::optional<at::Tensor>& a_dst
     params = [f"const at::Tensor& {n}" for n in family.required + family.params]
-    params += [f"const std::optional<at::Tensor>& {f}" for f, _ in family.optional]
+    params += [f"const std::optional<at::Tensor>& {f}" for f in family.optional_arguments]
     params += [f"bool {s}" for s in family.switches]
     return ", ".join(params)
 
 
 def cpp_arguments(family) -> str:
     # {&a_src, &slope, seastar::given(a_dst)}, {with_attention}
-    tensors = [f"&{n}" for n in family.required + family.params] + [f"seastar::given({f})" for f, _ in family.optional]
+    tensors = [f"&{n}" for n in family.required + family.params]
+    tensors += [f"seastar::given({f})" for f in family.optional_arguments]
     return "{" + ", ".join(tensors) + "}, {" + ", ".join(family.switches) + "}"
 
 
@@ -243,8 +265,9 @@ def render_family(family, tables: dict[str, list[VariantRenderer]]) -> str:
         # };
         parts.append("\n".join([f"const seastar::Variant {n}_{target}[] = {{", *[v.entry() for v in renderers], "};"]))
     names = ", ".join(f'"{a}"' for a in family.arguments)
-    is_feature = ", ".join(cpp_bool(a not in family.params) for a in family.arguments)
+    is_feature = ", ".join(cpp_bool(family.is_feature(a)) for a in family.arguments)
     switches = ", ".join(f'"{s}"' for s in family.switches) or "nullptr"
+    seed = family.arguments.index("seed") if family.seeded_by else -1
 
     def table(target: str) -> str:
         return f"{n}_{target}, {len(tables[target])}" if tables.get(target) else "nullptr, 0"
@@ -253,13 +276,13 @@ def render_family(family, tables: dict[str, list[VariantRenderer]]) -> str:
     # const bool gat_attention_is_feature[] = {true, true, false, true};
     # const char* const gat_attention_switches[] = {"with_attention"};
     # const seastar::Family gat_attention_family = {"seastar_layers::gat_attention", gat_attention_arguments,
-    #     gat_attention_is_feature, 6, 3, gat_attention_switches, 1, gat_attention_cpu, 64, nullptr, 0};
+    #     gat_attention_is_feature, 8, 3, gat_attention_switches, 1, gat_attention_cpu, 64, nullptr, 0, 7};
     parts.append(f"const char* const {n}_arguments[] = {{{names}}};\n"
                  f"const bool {n}_is_feature[] = {{{is_feature}}};\n"
                  f"const char* const {n}_switches[] = {{{switches}}};\n"
                  f'const seastar::Family {n}_family = {{"seastar_layers::{n}", {n}_arguments, {n}_is_feature, '
                  f"{len(family.arguments)}, {len(family.required + family.params)}, {n}_switches, "
-                 f"{len(family.switches)}, {table('cpu')}, {table('cuda')}}};")
+                 f"{len(family.switches)}, {table('cpu')}, {table('cuda')}, {seed}}};")
     # std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>> gat_attention(at::TensorList graph, <parameters>) {
     #   return seastar::Call(gat_attention_family, graph, {&a_src, ...}, {with_attention}).forward();
     # }

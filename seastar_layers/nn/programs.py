@@ -34,18 +34,25 @@ def _declared(names, table: dict) -> dict:
     return {name: table[name] for name in names}
 
 
-def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: torch.Tensor,
-                  with_attention: bool = False) -> CompiledProgram:
+def gat_attention(with_dst: bool, with_edge: bool, with_mask: bool, slope: torch.Tensor,
+                  with_attention: bool = False, keep: torch.Tensor | None = None) -> CompiledProgram:
     """out_v = sum_e alpha[e] * x[u], alpha[e] = softmax_v(leaky_relu(a_src[u] + a_dst[v] + a_edge[e])) * mask[e].
 
-    with_attention also returns alpha, one (heads, 1) row per edge in edge order: the attention
-    the libraries return, after dropout (the mask). Without it the program is the plain one."""
+    With `keep` (a 0-d tensor: 1 - the dropout rate) each (edge, head) coefficient is kept with
+    probability keep, from a counter-based draw keyed by a seed from torch's generator and the
+    edge: no edges x heads mask exists, and the backward regenerates the forward's draws. The
+    caller scales the results by 1 / keep, as F.dropout scales what it keeps (outside the
+    program, so that keep is only compared with and has no gradient). with_attention also returns
+    alpha, one (heads, 1) row per edge in edge order: the attention the libraries return, after
+    dropout and the mask."""
+    with_dropout = keep is not None
 
     def gat_attention(v):
         logits = [e.src.a_src + (v.a_dst if with_dst else 0) + (e.a_edge if with_edge else 0) for e in v.inedges]
         weights = [torch.exp(torch.where(s > 0, s, s * slope)) for s in logits]
         total = sum(weights)
-        kept = [w * (e.mask if with_dropout else 1) for w, e in zip(weights, v.inedges)]
+        masked = [w * (e.mask if with_mask else 1) for w, e in zip(weights, v.inedges)]
+        kept = [torch.where(torch.rand_like(m) < keep, m, 0) for m in masked] if with_dropout else masked
         # normalised once per row, not per edge: the backward then finds sum_e alpha_e (g . x_u) from
         # the saved weighted sum at the row, instead of sweeping the edges for it (rows without
         # in-edges take the untaken branch: PyG's 0)
@@ -53,7 +60,7 @@ def gat_attention(with_dst: bool, with_edge: bool, with_dropout: bool, slope: to
         alpha = [k / total for k in kept]
         return (out, alpha) if with_attention else out
 
-    names = ["a_src", "x"] + ["a_dst"] * with_dst + ["a_edge"] * with_edge + ["mask"] * with_dropout
+    names = ["a_src", "x"] + ["a_dst"] * with_dst + ["a_edge"] * with_edge + ["mask"] * with_mask
     return compile(gat_attention, shapes=_declared(names, GAT_SHAPES))
 
 
@@ -84,8 +91,8 @@ def appnp_step(with_weight: bool, alpha: torch.Tensor, keep: torch.Tensor) -> Co
 # rows a feature has matters (3 vertices, 4 edges)
 N, E = 3, 4
 GAT_ATTENTION = OpFamily(gat_attention, required=("a_src", "x"), params=("slope",),
-                         optional=(("a_dst", "with_dst"), ("a_edge", "with_edge"), ("mask", "with_dropout")),
-                         switches=("with_attention",),
+                         optional=(("a_dst", "with_dst"), ("a_edge", "with_edge"), ("mask", "with_mask")),
+                         optional_params=("keep",), seeded_by="keep", switches=("with_attention",),
                          example={"a_src": (N, 2, 1), "x": (N, 2, 3), "a_dst": (N, 2, 1), "a_edge": (E, 2, 1),
                                   "mask": (E, 2, 1)})
 WEIGHTED_SUM = OpFamily(weighted_sum, required=("x",), params=(), optional=(("w", "with_weight"),),

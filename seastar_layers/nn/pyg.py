@@ -221,21 +221,22 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         graph = _message_graph(self, edge_index, lambda: self._slots(plain, loops), (x_src.size(0), num_dst), key)
         edge_attr = self._with_loop_attr(edge_attr, plain, loops)
         H = self.heads
-        dropout = None
-        if self.training and self.dropout > 0:  # as PyG drops attention coefficients (dropout=1 drops them all)
-            dropout = _edge_dropout(x_src.new_ones(graph.num_edges, H, 1), self.dropout, graph.listed)
+        keep = self._keep()
         explained = _explain_factor(self, graph, 3, plain.size(1))
-        message_mask = dropout
         if explained is not None:
-            explained = explained.to(x_src.dtype).view(-1, 1, 1)
-            message_mask = explained.expand(graph.num_edges, H, 1) if dropout is None else dropout * explained
+            explained = explained.to(x_src.dtype).view(-1, 1, 1).expand(graph.num_edges, H, 1)
         graph_tensors = graph.tensors(with_orders=graph.device.type == "cuda")
         if not return_attention_weights:
-            return self._attend(graph_tensors, x_src, x_dst, res, edge_attr, message_mask, False)[0]
+            return self._attend(graph_tensors, x_src, x_dst, res, edge_attr, explained, keep, False)[0]
         # PyG returns the attention after dropout; its explain mask scales the messages only
-        out, alpha = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, dropout, True)
-        if explained is not None:
-            out = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, message_mask, False)[0]
+        if explained is None:
+            out, alpha = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, None, keep, True)
+        else:  # two sweeps that must drop alike share a stored mask (explaining is a small-graph affair)
+            dropped = None if keep is None else \
+                _edge_dropout(x_src.new_ones(graph.num_edges, H, 1), self.dropout, graph.listed)
+            alpha = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, dropped, None, True)[1]
+            both = explained if dropped is None else dropped * explained
+            out = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, both, None, False)[0]
         edges = _gat_self_loops(edge_index, loops) if self.add_self_loops else edge_index
         return out, _attention_weights(edges, _in_pyg_order(alpha.view(-1, H), graph, _is_sparse(edge_index)))
 
@@ -256,11 +257,14 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             src, dst = dst, src
         graph = graph_tensors(src, dst, x_src.size(0), num_dst, listed)
         edge_attr = self._with_loop_attr(edge_attr, edge_index, loops)
-        mask: Optional[Tensor] = None
+        return self._attend(graph, x_src, x_dst, res, edge_attr, None, self._keep(), False)[0]
+
+    def _keep(self) -> Optional[float]:
+        """The probability of keeping an attention coefficient in training (PyG's dropout; 1 drops
+        them all), None where nothing is dropped."""
         if self.training and self.dropout > 0:
-            mask = _edge_dropout(torch.ones(graph[1].numel(), self.heads, 1, dtype=x_src.dtype, device=x_src.device),
-                                 self.dropout, listed)
-        return self._attend(graph, x_src, x_dst, res, edge_attr, mask, False)[0]
+            return 1.0 - self.dropout
+        return None
 
     def _project(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]]
                  ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
@@ -310,10 +314,11 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         return torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
 
     def _attend(self, graph: List[Tensor], x_src: Tensor, x_dst: Optional[Tensor], res: Optional[Tensor],
-                edge_attr: Optional[Tensor], mask: Optional[Tensor],
+                edge_attr: Optional[Tensor], mask: Optional[Tensor], keep: Optional[float],
                 with_attention: bool) -> Tuple[Tensor, Optional[Tensor]]:
         """Attention and aggregation in one op over the message graph's tensors, then PyG's head
-        merge, residual and bias; with_attention, also the attention per edge slot."""
+        merge, residual and bias; with_attention, also the attention per edge slot. With `keep`,
+        attention dropout drawn in the kernel (no edges x heads mask), scaled as F.dropout scales."""
         H, C = self.heads, self.out_channels
         a_src = (x_src * self.att_src).sum(-1, keepdim=True)
         a_dst: Optional[Tensor] = None
@@ -332,15 +337,24 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         if mask is not None:
             mask = mask.to(x_src.dtype).contiguous()
         slope = torch.full((), self.negative_slope, dtype=_compute_dtype(x_src.dtype), device=x_src.device)
-        results = torch.ops.seastar_layers.gat_attention(graph, a_src, x_src, slope, a_dst, a_edge, mask,
-                                                         with_attention)[0]
-        out = results[0]
+        keep_t: Optional[Tensor] = None
+        seed: Optional[Tensor] = None
+        scale = 1.0
+        if keep is not None:
+            keep_t = torch.full((), keep, dtype=_compute_dtype(x_src.dtype), device=x_src.device)
+            seed = library.draw_seed(x_src.device)
+            scale = 1.0 / keep if keep > 0 else 0.0  # F.dropout's scaling of what it keeps
+        results = torch.ops.seastar_layers.gat_attention(graph, a_src, x_src, slope, a_dst, a_edge, mask, keep_t,
+                                                         seed, with_attention)[0]
+        out = results[0] if keep is None else results[0] * scale
         out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
         if res is not None:
             out = out + res
         if self.bias is not None:
             out = out + self.bias
-        return out, (results[1] if with_attention else None)
+        if not with_attention:
+            return out, None
+        return out, (results[1] if keep is None else results[1] * scale)
 
     def __prepare_scriptable__(self):
         _not_scriptable(self, "GATConv")
@@ -424,9 +438,13 @@ def _from_rows(out: Tensor, features: List[int], axis: int) -> Tensor:
     return out.reshape([out.size(0)] + features).movedim(0, axis)
 
 
-def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool):
-    """(graph messages travel along, its edge weights, the number of edges the user gave): gcn_norm's
-    weights when the layer normalizes, with PyG's cached=True semantics, and PyG's flow."""
+def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool, per_edge: bool):
+    """(graph messages travel along, its edge weights, the number of edges the user gave, dinv):
+    gcn_norm's weights when the layer normalizes, with PyG's cached=True semantics, and PyG's flow.
+    Where those weights follow from degrees alone (no edge weights, improved=False) and the caller
+    needs no per-edge values (per_edge: explain masks, edge dropout), the weight of u -> v is
+    dinv[u] * dinv[v] with dinv = deg^-1/2 after the self-loops: the weights are None and the caller
+    scales the vertices instead, so that no edge carries a weight."""
     if layer.normalize and layer.cached and layer._cached_edge_index is not None:
         return layer._cached_edge_index
     n = _num_vertices(name, layer.node_dim, x)
@@ -447,15 +465,23 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
 
     key = ("gcn", layer.add_self_loops) if layer.normalize else ()
     graph = _message_graph(layer, edge_index, slots, (n, n), key)  # checks the indices first
+    dinv = None
     if layer.normalize and not sparse:
         def normalized_weights():
             return edges.gcn_weights(*slots(), weight, n, improved, layer.flow == "source_to_target", x.dtype)
 
-        if weight is None and not torch.compiler.is_compiling():  # follows from the graph alone: once per graph
+        def inverse_sqrt_degree():  # as gcn_norm: degrees in the features' dtype, 0 for isolated vertices
+            degree = graph.in_degree(x.dtype).pow(-0.5)
+            return degree.masked_fill(degree == float("inf"), 0)
+
+        compiling = torch.compiler.is_compiling()
+        if weight is None and not improved and not (per_edge or layer.cached):
+            dinv = inverse_sqrt_degree() if compiling else graph.derived(("gcn_dinv", x.dtype), inverse_sqrt_degree)
+        elif weight is None and not compiling:  # follows from the graph alone: once per graph
             weight = graph.derived(("gcn_norm", improved, layer.flow, x.dtype), normalized_weights)
         else:
             weight = normalized_weights()
-    result = (graph, weight, ei.size(1))
+    result = (graph, weight, ei.size(1), dinv)
     if layer.normalize and layer.cached:
         layer._cached_edge_index = result
     return result
@@ -498,7 +524,7 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
         if torch.jit.is_scripting():
             graph, weight, _ = _scripted_propagation("GCNConv", self.node_dim, x, edge_index, edge_weight,
                                                      self.normalize, self.add_self_loops, self.improved, self.flow)
-            return self._weighted_sum(graph, x, weight)
+            return self._weighted_sum(graph, x, weight, None)
         else:
             return self._eager(x, edge_index, edge_weight)
 
@@ -513,14 +539,21 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("GCNConv", x)
         library.require()
-        graph, weight, inputs = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved)
+        graph, weight, inputs, dinv = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved,
+                                                   self.explain)
         weight = _edge_weights(self, graph, weight, x.dim(), inputs)
-        return self._weighted_sum(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight)
+        return self._weighted_sum(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight, dinv)
 
-    def _weighted_sum(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor]) -> Tensor:
+    def _weighted_sum(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], dinv: Optional[Tensor]) -> Tensor:
+        """out = sum_e w[e] * lin(x)[u], or with dinv, dinv[v] * sum_e dinv[u] * lin(x)[u]."""
         x = self.lin(x)
         rows, features, axis = _to_rows(x, self.node_dim)
+        if dinv is not None:
+            dinv = dinv.to(rows.dtype).unsqueeze(1)
+            rows = rows * dinv
         out = torch.ops.seastar_layers.weighted_sum(graph, rows, None if weight is None else weight.to(x.dtype))[0][0]
+        if dinv is not None:
+            out = out * dinv
         out = _from_rows(out, features, axis)
         if self.bias is not None:
             out = out + self.bias
@@ -551,7 +584,8 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("APPNP", x)
         library.require()
-        graph, weight, inputs = _propagation(self, "APPNP", x, edge_index, edge_weight, False)
+        # per-edge weights (made once per graph): each step stays one fused op
+        graph, weight, inputs, _ = _propagation(self, "APPNP", x, edge_index, edge_weight, False, per_edge=True)
         explained = _explain_factor(self, graph, x.dim(), inputs)
         return self._steps(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight, explained, graph.listed)
 

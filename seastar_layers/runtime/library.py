@@ -43,15 +43,23 @@ def call(family, graph, **tensors) -> list[Tensor]:
     op = getattr(getattr(torch.ops, NAMESPACE), family.name)
     features = [tensors[name] for name in family.required if name in tensors]
     compute = COMPUTE_DTYPE.get(features[0].dtype) if features else None
+    if family.seeded_by is not None and tensors.get(family.seeded_by) is not None:
+        tensors = dict(tensors, seed=draw_seed(graph.device))
     args = []
     for name in family.arguments:
         t = tensors.get(name)
-        if t is not None and name in family.params and compute is not None:
+        if t is not None and not family.is_feature(name) and name != "seed" and compute is not None:
             t = t.to(compute)  # the op takes parameters in the compute dtype (float32 for half features)
         args.append(t.contiguous() if t is not None else None)
     switches = [bool(tensors.get(name, False)) for name in family.switches]
     results, _ = op(graph.tensors(with_orders=graph.device.type == "cuda"), *args, *switches)
     return results
+
+
+def draw_seed(device: torch.device) -> Tensor:
+    """The seed of a program's random draws, from torch's generator: reproducible under torch.manual_seed."""
+    # written for TorchScript too (the scripted GATConv calls it): a list size, an int bound
+    return torch.randint(0, 1 << 62, [1], dtype=torch.int64, device=device)[0]
 
 
 # -- the Python side of the ops: fake (meta) and autograd ----------------------------------------
@@ -87,7 +95,7 @@ def _variant(family, options: tuple[str, ...], dtype: torch.dtype) -> _Variant:
 
 
 def _features(family, tensors: dict[str, Tensor]) -> tuple[dict[str, Tensor], torch.dtype]:
-    features = {n: t for n, t in tensors.items() if n not in family.params}
+    features = {n: t for n, t in tensors.items() if family.is_feature(n)}
     dtype = features[family.required[0]].dtype
     if dtype not in family.dtypes:
         raise TypeError(f"{NAMESPACE}::{family.name}: no kernel for '{family.required[0]}' of dtype {dtype}; convert "
@@ -138,6 +146,8 @@ def _backward(family, ctx, grad_results, grad_saved):
     op = getattr(getattr(torch.ops, NAMESPACE), f"{family.name}_backward")
     gradients = iter(op(graph, *tensors, *switches, list(saved), grads))
     per_argument = [next(gradients) if t is not None else None for t in tensors] + [None] * len(family.switches)
+    if family.seeded_by is not None:  # the seed is an integer: no gradient
+        per_argument[family.arguments.index("seed")] = None
     return ([None] * n_graph, *per_argument[:n_passed])
 
 
@@ -192,6 +202,8 @@ def _jit_op(family, graph: list[Tensor], tensors: dict[str, Tensor], options):
             inputs.append((graph[0][1:] - graph[0][:-1]).to(compute))
         elif buf.key.role is Role.PARAM or buf.key.role is Role.FEATURE:
             inputs.append(tensors[buf.key.name].contiguous())
+        elif buf.key.role is Role.SEED:
+            inputs.append(tensors["seed"])
         else:
             raise NotImplementedError(f"{NAMESPACE}::{family.name}: no JIT input for {buf.key!r}")
     return spec.op, inputs
