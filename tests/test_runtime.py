@@ -111,6 +111,24 @@ def test_cache_hits_in_memory_and_new_shapes_build():
     assert jit.build_count == before + 1
 
 
+@pytest.mark.parametrize("shapes", [[(3,), (3, 1), (1,), (1, 3)], [(1, 3), (1,), (3, 1), (3,)]],
+                         ids=["one order", "the other"])
+def test_kernels_of_other_feature_shapes_never_share_an_op(shapes):
+    """A compiled kernel and its op are identified by their whole interface: a generic program
+    called on feature shapes that differ only in where a 1 is ((3,) and (3, 1), (1,) and (1, 3))
+    builds one kernel per shape, in whichever order they come first, each with its own result."""
+    def scaled_sum(v):
+        return sum(e.w * e.src.x for e in v.inedges)
+
+    prog = sl.compile(scaled_sum, generic_shapes=True)
+    src, dst = EI
+    w = torch.rand(EI.shape[1], dtype=torch.float64)
+    for shape in shapes * 2:  # the second round hits each one's op
+        x = torch.randn(N, *shape, dtype=torch.float64)
+        expected = torch.zeros(N, *shape, dtype=torch.float64).index_add_(0, dst, w.view(-1, *[1] * len(shape)) * x[src])
+        torch.testing.assert_close(prog(EI, x=x, w=w), expected)
+
+
 SCRIPT = textwrap.dedent("""
     import sys, torch
     sys.path.insert(0, {tests!r})
