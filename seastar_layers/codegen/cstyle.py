@@ -541,7 +541,8 @@ class KernelRenderer:
         self.emit(f"const int64_t* __restrict__ indptr = p.graph[{csr}];",
                   f"const int64_t* __restrict__ nbrs = p.graph[{csr + 1}];",
                   f"const int64_t* __restrict__ eids = p.graph[{csr + 2}];",
-                  f"const int64_t* __restrict__ order = p.graph[{6 if dst else 7}];", "(void)order;")
+                  f"const int64_t* __restrict__ order = p.graph[{6 if dst else 7}];",
+                  "(void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each")
         used = set(re.findall(r"\bb(\d+)\b", "\n".join(body)))
         for key, k in self.buffer_index.items():
             if str(k) in used:

@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   const int64_t* __restrict__ nbrs = p.graph[1];
   const int64_t* __restrict__ eids = p.graph[2];
   const int64_t* __restrict__ order = p.graph[6];
-  (void)order;
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:x@src
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:y@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   const int64_t* __restrict__ nbrs = p.graph[1];
   const int64_t* __restrict__ eids = p.graph[2];
   const int64_t* __restrict__ order = p.graph[6];
-  (void)order;
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
@@ -278,7 +278,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   const int64_t* __restrict__ nbrs = p.graph[4];
   const int64_t* __restrict__ eids = p.graph[5];
   const int64_t* __restrict__ order = p.graph[7];
-  (void)order;
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src

@@ -30,7 +30,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   const int64_t* __restrict__ nbrs = p.graph[1];
   const int64_t* __restrict__ eids = p.graph[2];
   const int64_t* __restrict__ order = p.graph[6];
-  (void)order;
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
@@ -125,7 +125,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   const int64_t* __restrict__ nbrs = p.graph[4];
   const int64_t* __restrict__ eids = p.graph[5];
   const int64_t* __restrict__ order = p.graph[7];
-  (void)order;
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
