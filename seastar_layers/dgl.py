@@ -122,8 +122,8 @@ class GATConv(_DGLGATConv):
         result = programs.GAT_ATTENTION(g, slope=slope, with_attention=bool(get_attention),
                                         keep=None if keep is None else el.new_tensor(keep),
                                         **{name: t.to(feat_src.dtype) for name, t in feats.items()})
-        if keep is not None:  # F.dropout's scaling of what it keeps (keep = 0 keeps nothing)
-            result = [r * (1 / keep if keep > 0 else 0.0) for r in result]
+        if keep is not None:
+            result = [r * programs.kept_scale(keep) for r in result]
         rst = result[0].view(*dst_prefix, H, F)
         if self.res_fc is not None:
             rst = rst + self.res_fc(h_dst).view(*dst_prefix, -1, F)

@@ -64,6 +64,12 @@ def gat_attention(with_dst: bool, with_edge: bool, with_mask: bool, slope: torch
     return compile(gat_attention, shapes=_declared(names, GAT_SHAPES))
 
 
+def kept_scale(keep: float) -> float:
+    """What gat_attention's results are multiplied by after dropout with keep probability `keep`:
+    1 / keep, as F.dropout scales what it keeps (keep = 0 keeps nothing: 0, not inf)."""
+    return 1.0 / keep if keep > 0 else 0.0
+
+
 def weighted_sum(with_weight: bool, declared: bool = True) -> CompiledProgram:
     """out_v = sum_e w[e] * x[u]: GCN's propagation (w = 1 without weights). The prebuilt kernel takes
     one weight per edge and x of shape (N, F); declared=False serves weights of other shapes

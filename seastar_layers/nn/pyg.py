@@ -343,7 +343,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         if keep is not None:
             keep_t = torch.full((), keep, dtype=_compute_dtype(x_src.dtype), device=x_src.device)
             seed = library.draw_seed(x_src.device)
-            scale = 1.0 / keep if keep > 0 else 0.0  # F.dropout's scaling of what it keeps
+            scale = programs.kept_scale(keep)
         results = torch.ops.seastar_layers.gat_attention(graph, a_src, x_src, slope, a_dst, a_edge, mask, keep_t,
                                                          seed, with_attention)[0]
         out = results[0] if keep is None else results[0] * scale
