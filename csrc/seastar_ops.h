@@ -1,13 +1,19 @@
 // What the generated entry points of seastar_layers._C share (csrc/generated/registration.cpp, written
 // by seastar_layers/codegen/torch_entry.py): checking at::Tensor arguments, choosing the kernel variant
 // of their options and dtype, binding the declared sizes, allocating buffers, and calling the kernels' plain-C entries
-// (int seastar_<key>forward|backward(sizes, dims, graph, buffers, numels, num_threads, stream)).
+// (int seastar_<key>forward|backward(sizes, dims, graph, buffers, numels, num_threads, stream)); and the ops'
+// autograd kernel, which records the backward op as the node of the results (with_autograd).
 // The tables it reads are generated; this file holds everything that is the same for every op.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -522,5 +528,127 @@ class Call {
   std::vector<const char*> dim_sources_;     // the argument each was bound from
   const Variant* variant_ = nullptr;
 };
+
+// -- autograd ---------------------------------------------------------------------------------------
+// The ops' Autograd kernel, in C++ rather than torch.library.register_autograd: the Python one
+// flattens the arguments and runs setup_context and backward in Python, which cost more than a
+// small graph's kernels. It runs the op below autograd (through the dispatcher, so every backend's
+// kernel, the Python fake and the JIT on CUDA included, is reached as before) and makes the
+// results the outputs of one node whose backward calls <op>_backward. Under torch.compile,
+// AOTAutograd traces through it as through any C++ autograd kernel.
+
+using OptionalTensors = std::vector<std::optional<at::Tensor>>;
+using OpResults = std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>>;
+// The op and its backward called through the dispatcher with the arguments in schema order
+// (generated per family: their typed signatures differ).
+using ForwardCall = OpResults (*)(at::TensorList graph, const OptionalTensors& args, const Switches& switches);
+using BackwardCall = std::vector<at::Tensor> (*)(at::TensorList graph, const OptionalTensors& args,
+                                                 const Switches& switches, at::TensorList saved, at::TensorList grads);
+
+// Autograd nodes are held by std::shared_ptr up to torch 2.12 and by c10::intrusive_ptr after.
+template <typename N, typename... Args>
+auto make_node(Args&&... args) {
+  if constexpr (std::is_base_of_v<c10::intrusive_ptr_target, N>)
+    return c10::make_intrusive<N>(std::forward<Args>(args)...);
+  else
+    return std::make_shared<N>(std::forward<Args>(args)...);
+}
+
+class OpBackward : public torch::autograd::Node {
+ public:
+  OpBackward(const Family& family, BackwardCall backward, at::TensorList graph, const OptionalTensors& args,
+             Switches switches, const std::vector<at::Tensor>& saved)
+      : family_(family), backward_(backward), switches_(std::move(switches)) {
+    for (const at::Tensor& t : graph) graph_.emplace_back(t, false);
+    for (const auto& t : args) {
+      given_.push_back(t.has_value());
+      if (t.has_value()) args_.emplace_back(*t, false);
+    }
+    for (const at::Tensor& t : saved) saved_.emplace_back(t, false);
+  }
+
+  std::string name() const override { return std::string(family_.op) + "_backward"; }
+
+  // One gradient per argument given (the next edges, in schema order); none for those that take none (the seed).
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    std::vector<at::Tensor> graph = unpack(graph_), given = unpack(args_), saved = unpack(saved_);
+    OptionalTensors args;
+    auto next = given.begin();
+    for (bool g : given_) args.push_back(g ? std::optional<at::Tensor>(*next++) : std::nullopt);
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (!grads[i].defined()) grads[i] = input_metadata(i).zeros_like();  // a result the loss does not use
+    std::vector<at::Tensor> gradients;
+    {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      gradients = backward_(graph, args, switches_, saved, grads);
+    }
+    for (size_t i = 0; i < gradients.size(); ++i)
+      if (!should_compute_output(i)) gradients[i] = at::Tensor();
+    if (at::GradMode::is_enabled()) no_double_backward(gradients, grads, given);  // create_graph=True
+    return gradients;
+  }
+
+ protected:
+  // after a backward without retain_graph: a second one raises torch's "backward through the graph a second time"
+  void release_variables() override {
+    for (auto* list : {&graph_, &args_, &saved_})
+      for (auto& v : *list) v.reset_data();
+  }
+
+ private:
+  // The gradients have no gradient of their own: a backward through them raises, naming the op,
+  // instead of silently treating them as constants.
+  void no_double_backward(const std::vector<at::Tensor>& gradients, const torch::autograd::variable_list& grads,
+                          const std::vector<at::Tensor>& given) const {
+    torch::autograd::edge_list edges;
+    bool any = false;
+    for (const auto* list : {&grads, &given})
+      for (const at::Tensor& t : *list) {
+        any = any || t.requires_grad();
+        edges.push_back(t.requires_grad() ? torch::autograd::impl::gradient_edge(t) : torch::autograd::Edge());
+      }
+    if (!any) return;
+    auto error = make_node<torch::autograd::Error>(
+        std::string(family_.op) + " has no double backward: its gradients cannot be differentiated again "
+        "(create_graph=True through a seastar_layers layer); compute higher-order gradients with the "
+        "stock PyG or DGL layer", std::move(edges));
+    for (const at::Tensor& g : gradients)
+      if (g.defined() && torch::autograd::isDifferentiableType(g.scalar_type())) torch::autograd::set_history(g, error);
+  }
+
+  static std::vector<at::Tensor> unpack(const std::vector<torch::autograd::SavedVariable>& vars) {
+    std::vector<at::Tensor> out;
+    out.reserve(vars.size());
+    for (const auto& v : vars) out.push_back(v.unpack());
+    return out;
+  }
+
+  const Family& family_;
+  BackwardCall backward_;
+  Switches switches_;
+  std::vector<bool> given_;
+  std::vector<torch::autograd::SavedVariable> graph_, args_, saved_;
+};
+
+inline OpResults with_autograd(const Family& family, ForwardCall forward, BackwardCall backward, at::TensorList graph,
+                               const OptionalTensors& args, const Switches& switches) {
+  OpResults out;
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    out = forward(graph, args, switches);
+  }
+  bool requires_grad = false;
+  for (const auto& t : args) requires_grad = requires_grad || (t.has_value() && t->requires_grad());
+  if (!requires_grad || !at::GradMode::is_enabled()) return out;
+  auto& [results, saved] = out;
+  auto node = make_node<OpBackward>(family, backward, graph, args, switches, saved);
+  torch::autograd::edge_list edges;
+  for (const auto& t : args)
+    if (t.has_value())
+      edges.push_back(t->requires_grad() ? torch::autograd::impl::gradient_edge(*t) : torch::autograd::Edge());
+  node->set_next_edges(std::move(edges));
+  for (at::Tensor& result : results) torch::autograd::set_history(result, node);
+  return out;
+}
 
 }  // namespace seastar

@@ -245,6 +245,44 @@ def test_a_graph_built_in_inference_mode_serves_training_later():
         assert all(p.grad is not None for p in layer.parameters())
 
 
+def test_autograd_is_the_extensions_own():
+    """The ops' autograd kernel is C++ (csrc/seastar_ops.h: with_autograd): the results' node is the
+    backward op's, and it behaves as torch's own nodes do: a second backward raises torch's error,
+    retain_graph keeps it, saved-tensor hooks and checkpointing see its saved tensors, and
+    differentiating its gradients again raises, naming the op, instead of treating them as constants."""
+    for name in ("gat_attention", "weighted_sum", "appnp_step"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"seastar_layers::{name}", "Autograd")
+    x = torch.randn(N, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(GRAPH.num_edges, dtype=torch.float64)
+
+    def propagate(x):
+        return OPS.weighted_sum(GRAPH.tensors(), x, w)[0][0]
+
+    out = propagate(x)
+    assert out.grad_fn.name() == "seastar_layers::weighted_sum_backward"
+    assert not w.requires_grad and out.grad_fn.next_functions[1] == (None, 0)
+    loss = out.pow(2).sum()
+    loss.backward(retain_graph=True)
+    first = x.grad.clone()
+    loss.backward()
+    torch.testing.assert_close(x.grad, 2 * first)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    assert torch.autograd.gradcheck(propagate, (x,))
+
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = propagate(x)
+    assert any(t is x for t in packed)  # the op saves its feature through the hooks
+    x.grad = None
+    torch.utils.checkpoint.checkpoint(propagate, x, use_reentrant=False).sum().backward()
+    torch.testing.assert_close(x.grad, torch.autograd.grad(propagate(x).sum(), x)[0])
+
+    (grad,) = torch.autograd.grad(propagate(x).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="seastar_layers::weighted_sum has no double backward"):
+        grad.sum().backward()
+
+
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_cuda_without_cuda_kernels_runs_the_jit(family, monkeypatch):
     """Where the extension has no CUDA kernels, the ops' CUDA implementation compiles the variant's

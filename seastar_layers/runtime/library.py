@@ -1,9 +1,9 @@
 """The Python side of the layers' torch ops (declared in codegen/torch_entry.py: OpFamily).
 
 The extension seastar_layers._C defines torch.ops.seastar_layers.<family> and <family>_backward
-(TORCH_LIBRARY, with C++ entry points per dispatch key); importing this module loads it, and
-`register` adds what stays in Python: the fake (meta) implementations, which allocate what the
-chosen specialisation returns, autograd, and where the extension was built without CUDA kernels,
+(TORCH_LIBRARY, with C++ entry points per dispatch key, autograd's included); importing this module
+loads it, and `register` adds what stays in Python: the fake (meta) implementations, which allocate
+what the chosen specialisation returns, and where the extension was built without CUDA kernels,
 the CUDA implementation through the JIT (announced once with a warning). `call` runs an op on a
 seastar_layers.Graph.
 """
@@ -62,7 +62,7 @@ def draw_seed(device: torch.device) -> Tensor:
     return torch.randint(0, 1 << 62, [1], dtype=torch.int64, device=device)[0]
 
 
-# -- the Python side of the ops: fake (meta) and autograd ----------------------------------------
+# -- the Python side of the ops: fake (meta) ----------------------------------------
 @dataclass(frozen=True)
 class _Variant:
     """One specialisation's program and the buffers of its forward: what the fake implementation
@@ -121,38 +121,8 @@ def _fake_backward(family, graph, *args):
     return [torch.empty_like(t) for t in args[:len(family.arguments)] if t is not None]
 
 
-def _setup_context(family, ctx, inputs, output):
-    graph, args = inputs[0], inputs[1:]
-    tensors = args[:len(family.arguments)]
-    results, saved = output
-    ctx.given = [t is not None for t in tensors]
-    ctx.switches = [bool(s) for s in args[len(family.arguments):]]
-    ctx.save_for_backward(*graph, *[t for t in tensors if t is not None], *saved)
-    # the dispatcher drops trailing arguments left at their default: autograd wants gradients for the rest
-    passed = max(i for i, a in enumerate(args) if a is not None and a is not False) + 1
-    ctx.counts = (len(graph), sum(ctx.given), passed)
-    ctx.results = [(r.shape, r.dtype) for r in results]
-
-
-def _backward(family, ctx, grad_results, grad_saved):
-    n_graph, n_given, n_passed = ctx.counts
-    saved_tensors = ctx.saved_tensors
-    graph = list(saved_tensors[:n_graph])
-    given, saved = iter(saved_tensors[n_graph:n_graph + n_given]), saved_tensors[n_graph + n_given:]
-    tensors = [next(given) if g else None for g in ctx.given]
-    switches = ctx.switches + [False] * (len(family.switches) - len(ctx.switches))
-    grads = [g if g is not None else torch.zeros(shape, dtype=dtype, device=graph[0].device)
-             for g, (shape, dtype) in zip(grad_results, ctx.results, strict=True)]
-    op = getattr(getattr(torch.ops, NAMESPACE), f"{family.name}_backward")
-    gradients = iter(op(graph, *tensors, *switches, list(saved), grads))
-    per_argument = [next(gradients) if t is not None else None for t in tensors] + [None] * len(family.switches)
-    if family.seeded_by is not None:  # the seed is an integer: no gradient
-        per_argument[family.arguments.index("seed")] = None
-    return ([None] * n_graph, *per_argument[:n_passed])
-
-
 def register(families: Iterable) -> None:
-    """Registers the Python side (fake and autograd) of the ops the extension defines, and where
+    """Registers the Python side (fake implementations) of the ops the extension defines, and where
     the extension has no CUDA kernels, their CUDA implementation through the JIT (_jit_forward)."""
     if _UNAVAILABLE is not None:
         return
@@ -160,8 +130,6 @@ def register(families: Iterable) -> None:
         qualified = f"{NAMESPACE}::{family.name}"
         torch.library.register_fake(qualified)(functools.partial(_fake, family))
         torch.library.register_fake(f"{qualified}_backward")(functools.partial(_fake_backward, family))
-        torch.library.register_autograd(qualified, functools.partial(_backward, family),
-                                        setup_context=functools.partial(_setup_context, family))
         if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CUDA"):
             _JIT_ON_CUDA.add(family.name)
             torch.library.impl(qualified, "CUDA")(functools.partial(_jit_forward, family))
