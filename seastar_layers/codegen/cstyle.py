@@ -393,8 +393,11 @@ class KernelRenderer:
                 self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {layout.slots}; ++k) "
                           f"acc{a}[k] = {start};")
         outer = self.open_edge_loop()
-        for i in self.block_reads(values, loop):  # buffer rows of this edge; row values are ready already
+        reads = self.block_reads(values, loop)
+        for i in reads:  # buffer rows of this edge; row values are ready already
             self.require(i)
+        if layout.prefetch is not None:
+            self.prefetch_ahead(reads, layout.prefetch, len(shape))
         # values constant along the block's features are computed once per edge (where the layout allows)
         names: dict[int, str] = {}
         if layout.block_coords is not None:
@@ -432,6 +435,20 @@ class KernelRenderer:
             index = flat_index(self.nodes[a].shape, layout.block_coords, len(shape))
             self.emit(f"if ({layout.first_block}) v{a}[{index}] = acc{a};")
         self.depth -= bool(layout.variants[0][0])
+
+    def prefetch_ahead(self, reads: list[int], coords: list[str], out_rank: int):
+        """Prefetch this block of the rows gathered through the neighbour or edge id a few edges
+        ahead. Per-edge values are: edge ids scatter them over the largest arrays. A neighbour's
+        value smaller than a cache line is not (N of them stay cached)."""
+        for i in reads:
+            n = self.nodes[i]
+            ids = {self.k.nbr_space: "nbrs", Space.EDGE: "eids"}.get(n.space)
+            small = isinstance(n.size, int) and n.size < 16
+            if n.op is not Op.INPUT or ids is None or (ids == "nbrs" and small):
+                continue
+            base = f"b{self.buffer_index[self.s.reads[i]]}"
+            offset = flat_index(n.shape, coords, out_rank) if len(n.shape) <= out_rank else "0"
+            self.emit(*self.d.prefetch(f"{base} + {ids}[j + DISTANCE] * {n.size} + {offset}", "j + DISTANCE < end"))
 
     # kernel ------------------------------------------------------------------------------------
     def open_edge_loop(self) -> set[int]:

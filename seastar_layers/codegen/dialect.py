@@ -57,7 +57,9 @@ class BlockLayout:
     axis slots run along; block_coords: coordinates of the block with the vector axis at 0, where
     values constant along that axis are computed once per edge, or None to compute every value per
     slot; first_block: a C condition true in the first block along the vector axis, where
-    aggregations constant along it accumulate (None: the layout cannot)."""
+    aggregations constant along it accumulate (None: the layout cannot); prefetch: coordinates of
+    the block's first element, where the dialect prefetches the rows an edge loop gathers a few
+    edges ahead (None: it does not)."""
 
     open: list[str]
     close: list[str]
@@ -70,6 +72,7 @@ class BlockLayout:
     vector_axis: int
     block_coords: list[str] | None
     first_block: str | None = None
+    prefetch: list[str] | None = None
 
 
 class Dialect:
@@ -130,6 +133,11 @@ class Dialect:
     def sync(self) -> list[str]:
         """A barrier among the lanes of one row's group (none on the CPU)."""
         raise NotImplementedError
+
+    def prefetch(self, address: str, condition: str) -> list[str]:
+        """Fetch `address` into the cache early where `condition` holds (DISTANCE: the dialect's
+        distance in edges); only layouts with BlockLayout.prefetch ask."""
+        return []
 
     def block_layout(self, shape: tuple, size: str) -> BlockLayout:
         """The layout of a blocked loop over aggregations of `shape` (`size` elements)."""

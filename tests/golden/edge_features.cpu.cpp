@@ -4,6 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <omp.h>
+#if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
+#define SEASTAR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SEASTAR_CLONES
+#endif
 
 namespace seastar___SEASTAR_PREFIX__ {
 typedef float scalar_t;
@@ -23,7 +28,7 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   // dst rows, 1 loop(s) over their in-edges
   const int64_t* __restrict__ indptr = p.graph[0];
   const int64_t* __restrict__ nbrs = p.graph[1];
@@ -47,6 +52,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + eid * 6;
         const scalar_t* v1 = b1 + nbr * 6;
+        if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
         #pragma omp simd
         for (int k = 0; k < 6; ++k) {
           const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
@@ -100,7 +106,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   // dst rows, 1 loop(s) over their in-edges
   const int64_t* __restrict__ indptr = p.graph[0];
   const int64_t* __restrict__ nbrs = p.graph[1];
@@ -141,7 +147,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   }
 }
 
-static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   // src rows, 1 loop(s) over their out-edges
   const int64_t* __restrict__ indptr = p.graph[3];
   const int64_t* __restrict__ nbrs = p.graph[4];
@@ -163,6 +169,7 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 6;
         const scalar_t* v4 = b2 + eid * 6;
+        if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);
         #pragma omp simd
         for (int k = 0; k < 6; ++k) {
           const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);

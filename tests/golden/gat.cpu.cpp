@@ -4,6 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <omp.h>
+#if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
+#define SEASTAR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SEASTAR_CLONES
+#endif
 
 namespace seastar___SEASTAR_PREFIX__ {
 typedef float scalar_t;
@@ -23,7 +28,7 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   // dst rows, 3 loop(s) over their in-edges
   const int64_t* __restrict__ indptr = p.graph[0];
   const int64_t* __restrict__ nbrs = p.graph[1];
@@ -103,6 +108,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * 4;
           const scalar_t* v11 = b2 + nbr * 32;
+          if (j + 16 < end) __builtin_prefetch(b2 + nbrs[j + 16] * 32 + o0 * 8 + c0);
           const acc_t s2 = (v0[o0] + v1[o0]);
           const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
           const acc_t s6 = (s3 + v5[o0]);
@@ -169,7 +175,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   // dst rows, 2 loop(s) over their in-edges
   const int64_t* __restrict__ indptr = p.graph[0];
   const int64_t* __restrict__ nbrs = p.graph[1];
@@ -203,6 +209,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
         (void)nbr; (void)eid;
         const scalar_t* v3 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
+        if (j + 16 < end) __builtin_prefetch(b1 + nbrs[j + 16] * 32 + c0 * 8 + 0);
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
           const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
@@ -245,6 +252,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
         (void)nbr; (void)eid;
         const scalar_t* v3 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
+        if (j + 16 < end) __builtin_prefetch(b1 + nbrs[j + 16] * 32 + c0 * 8 + 0);
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
           const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
@@ -276,7 +284,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   }
 }
 
-static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   // src rows, 1 loop(s) over their out-edges
   const int64_t* __restrict__ indptr = p.graph[3];
   const int64_t* __restrict__ nbrs = p.graph[4];
@@ -312,6 +320,7 @@ static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
           const acc_t* v11 = b5 + nbr * 4;
           const scalar_t* v0 = b0 + nbr * 32;
           const acc_t* v19 = b9 + nbr * 4;
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * 32 + o0 * 8 + c0);
           const acc_t s5 = (v3[o0] + v4[o0]);
           const acc_t s6 = (s5 > 0 ? s5 : s5 * (acc_t)0.2);
           const acc_t s8 = (-v7[o0]);

@@ -4,6 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <omp.h>
+#if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
+#define SEASTAR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SEASTAR_CLONES
+#endif
 
 namespace seastar___SEASTAR_PREFIX__ {
 typedef float scalar_t;
@@ -23,7 +28,7 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   // dst rows, 1 loop(s) over their in-edges
   const int64_t* __restrict__ indptr = p.graph[0];
   const int64_t* __restrict__ nbrs = p.graph[1];
@@ -125,7 +130,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   // dst rows, 2 loop(s) over their in-edges
   const int64_t* __restrict__ indptr = p.graph[0];
   const int64_t* __restrict__ nbrs = p.graph[1];
@@ -210,7 +215,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   }
 }
 
-static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   // src rows, 1 loop(s) over their out-edges
   const int64_t* __restrict__ indptr = p.graph[3];
   const int64_t* __restrict__ nbrs = p.graph[4];

@@ -4,6 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <omp.h>
+#if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
+#define SEASTAR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SEASTAR_CLONES
+#endif
 
 namespace seastar___SEASTAR_PREFIX__ {
 typedef float scalar_t;
@@ -23,7 +28,7 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   // dst rows, 1 loop(s) over their in-edges
   const int64_t s0 = p.dims[0]; (void)s0;
   const int64_t* __restrict__ indptr = p.graph[0];
@@ -48,6 +53,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
             const acc_t e2 = (v0[(c0 + k)] * v1[0]);
@@ -65,6 +71,7 @@ static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
           for (int k = 0; k < (int)((s0) - c0); ++k) {
             const acc_t e2 = (v0[(c0 + k)] * v1[0]);
@@ -118,7 +125,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   // src rows, 1 loop(s) over their out-edges
   const int64_t s0 = p.dims[0]; (void)s0;
   const int64_t* __restrict__ indptr = p.graph[3];
@@ -144,6 +151,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
             acc1[k] += v0[(c0 + k)];
@@ -159,6 +167,7 @@ static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
           for (int k = 0; k < (int)((s0) - c0); ++k) {
             acc1[k] += v0[(c0 + k)];
