@@ -133,7 +133,7 @@ NAN_CASES = {  # where NaN and Inf come out, as in torch
     Op.RECIP: [(0.0,), (-0.0,)],
     Op.LOG: [(0.0,), (-1.0,)],
     Op.DIV: [(1.0, 0.0), (-1.0, 0.0), (0.0, 0.0)],
-    Op.EXP: [(1000.0,)],
+    Op.EXP: [(1000.0,), (-1000.0,), (math.inf,), (-math.inf,), (math.nan,), (-0.0,)],
 }
 
 
@@ -153,6 +153,26 @@ def test_special_values_as_torch(op):
         torch.testing.assert_close(got, expected, equal_nan=True)
         assert fold(op, list(case), {a: ATTRS[a] for a in OPS[op].attrs}) == pytest.approx(
             float(expected), nan_ok=True)
+
+
+@pytest.mark.parametrize("dtype,low,high,ulps", [("float32", -110.0, 95.0, 1), ("float64", -750.0, 712.0, 2)])
+def test_exp_is_accurate_across_its_whole_range(dtype, low, high, ulps):
+    """The CPU dialect's exp (codegen/cpu.py: a polynomial its simd loops vectorise) against exp in
+    higher precision, within `ulps` units in the last place of the result, from underflow through
+    the subnormals to overflow."""
+    torch_dtype = getattr(torch, dtype)
+    x = torch.linspace(low, high, 40001, dtype=torch.float64).to(torch_dtype)
+    compiled, _ = build_op(Op.EXP, shape=(x.numel(),), dtype=dtype)
+    loop = Graph.from_edge_index(torch.tensor([[0], [0]]), 1).tensors()
+    got = compiled.forward(loop, [x.view(1, -1), torch.ones(1, dtype=torch_dtype)])[0][0]
+    exact = torch.exp(x.to(torch.float64))  # for float64 itself within an ulp: hence the half ulp of slack
+    want = exact.to(torch_dtype)
+    spacing = (torch.nextafter(want, torch.full_like(want, math.inf)) - want).to(torch.float64)
+    error = (got.to(torch.float64) - exact.to(torch.float64)).abs()
+    finite = torch.isfinite(want)
+    assert torch.equal(torch.isinf(got), torch.isinf(want)), "overflows where exp does not, or not where it does"
+    worst = (error[finite] / spacing[finite]).max().item()
+    assert worst <= ulps + 0.5, f"{dtype} exp is off by {worst:.2f} units in the last place"
 
 
 # --- every frontend spelling, end to end ---------------------------------------------------------

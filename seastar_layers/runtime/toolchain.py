@@ -17,7 +17,10 @@ INCLUDE_DIR = Path(__file__).resolve().parents[1] / "codegen" / "include"  # sea
 
 # -ffp-contract=off: a value recomputed in backward must equal, bit for bit, what forward computed
 # (max/min gradients find the winning edges by equality), so no kernel may fuse a*b+c differently
-CXX_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-ffp-contract=off")
+# -fno-trapping-math: GCC may evaluate both sides of a select (leaky relu, a max that propagates
+# NaN, the clamps of codegen/cpu.py's exp) and vectorise the loop; values are unchanged, only
+# floating-point exception flags, which nothing reads, may differ.
+CXX_FLAGS = ("-O3", "-std=c++17", "-fopenmp", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off")
 # The JIT builds where it runs, so it tunes for this CPU; the prebuilt extension must run on any
 # CPU of its architecture (a wheel travels), so it tunes only when asked (SEASTAR_NATIVE=1).
 NATIVE_FLAGS = ("-march=native",)

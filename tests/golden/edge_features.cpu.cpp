@@ -13,6 +13,53 @@
 namespace seastar___SEASTAR_PREFIX__ {
 typedef float scalar_t;
 typedef float acc_t;
+static inline float seastar_exp(float x) {
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer, held in the low bits
+  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  const float t = xc * 1.44269504088896341f + magic;
+  const float n = t - magic;
+  int32_t tb; std::memcpy(&tb, &t, 4);
+  int32_t mb; std::memcpy(&mb, &magic, 4);
+  int32_t k = tb - mb;  // n as an integer
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * (r * r) + r + 1.0f;
+  // 2^k outside the normal range (results near overflow or subnormal): scaled in two steps
+  const bool small = k < -125, big = k > 127;
+  const int32_t kk = small ? k + 25 : (big ? k - 1 : k);
+  const int32_t sb = (kk + 127) << 23;
+  float s; std::memcpy(&s, &sb, 4);
+  const float result = y * s * (small ? 2.98023223876953125e-8f : (big ? 2.0f : 1.0f));
+  return x != x ? x : (x > 88.72283935546875f ? INFINITY : (x < -103.97208f ? 0.0f : result));
+}
+static inline double seastar_exp(double x) {
+  const double magic = 6755399441055744.0;  // 1.5 * 2^52
+  const double xc = x < -746.0 ? -746.0 : (x > 710.0 ? 710.0 : x);
+  const double t = xc * 1.4426950408889634073599 + magic;
+  const double n = t - magic;
+  int64_t tb; std::memcpy(&tb, &t, 8);
+  int64_t mb; std::memcpy(&mb, &magic, 8);
+  const int64_t k = tb - mb;
+  double r = xc - n * 6.93145751953125E-1;
+  r = r - n * 1.42860682030941723212E-6;
+  const double rr = r * r;
+  const double px = r * ((1.26177193074810590878E-4 * rr + 3.02994407707441961300E-2) * rr + 9.99999999999999999910E-1);
+  const double qx = ((3.00198505138664455042E-6 * rr + 2.52448340349684104192E-3) * rr + 2.27265548208155028766E-1) * rr
+                    + 2.00000000000000000009E0;
+  const double y = 1.0 + 2.0 * (px / (qx - px));
+  const bool small = k < -1021, big = k > 1023;
+  const int64_t kk = small ? k + 54 : (big ? k - 1 : k);
+  const int64_t sb = (kk + 1023) << 52;
+  double s; std::memcpy(&s, &sb, 8);
+  const double result = y * s * (small ? 5.5511151231257827e-17 : (big ? 2.0 : 1.0));
+  return x != x ? x : (x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result));
+}
 
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }

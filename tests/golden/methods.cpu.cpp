@@ -13,6 +13,53 @@
 namespace seastar___SEASTAR_PREFIX__ {
 typedef float scalar_t;
 typedef float acc_t;
+static inline float seastar_exp(float x) {
+  const float magic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer, held in the low bits
+  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  const float t = xc * 1.44269504088896341f + magic;
+  const float n = t - magic;
+  int32_t tb; std::memcpy(&tb, &t, 4);
+  int32_t mb; std::memcpy(&mb, &magic, 4);
+  int32_t k = tb - mb;  // n as an integer
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * (r * r) + r + 1.0f;
+  // 2^k outside the normal range (results near overflow or subnormal): scaled in two steps
+  const bool small = k < -125, big = k > 127;
+  const int32_t kk = small ? k + 25 : (big ? k - 1 : k);
+  const int32_t sb = (kk + 127) << 23;
+  float s; std::memcpy(&s, &sb, 4);
+  const float result = y * s * (small ? 2.98023223876953125e-8f : (big ? 2.0f : 1.0f));
+  return x != x ? x : (x > 88.72283935546875f ? INFINITY : (x < -103.97208f ? 0.0f : result));
+}
+static inline double seastar_exp(double x) {
+  const double magic = 6755399441055744.0;  // 1.5 * 2^52
+  const double xc = x < -746.0 ? -746.0 : (x > 710.0 ? 710.0 : x);
+  const double t = xc * 1.4426950408889634073599 + magic;
+  const double n = t - magic;
+  int64_t tb; std::memcpy(&tb, &t, 8);
+  int64_t mb; std::memcpy(&mb, &magic, 8);
+  const int64_t k = tb - mb;
+  double r = xc - n * 6.93145751953125E-1;
+  r = r - n * 1.42860682030941723212E-6;
+  const double rr = r * r;
+  const double px = r * ((1.26177193074810590878E-4 * rr + 3.02994407707441961300E-2) * rr + 9.99999999999999999910E-1);
+  const double qx = ((3.00198505138664455042E-6 * rr + 2.52448340349684104192E-3) * rr + 2.27265548208155028766E-1) * rr
+                    + 2.00000000000000000009E0;
+  const double y = 1.0 + 2.0 * (px / (qx - px));
+  const bool small = k < -1021, big = k > 1023;
+  const int64_t kk = small ? k + 54 : (big ? k - 1 : k);
+  const int64_t sb = (kk + 1023) << 52;
+  double s; std::memcpy(&s, &sb, 8);
+  const double result = y * s * (small ? 5.5511151231257827e-17 : (big ? 2.0 : 1.0));
+  return x != x ? x : (x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result));
+}
 
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
@@ -86,7 +133,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
           acc_t e3 = 0;
           for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
           const acc_t e6 = (e3 + v5[(c0 + k)]);
-          const acc_t e7 = std::exp(e6);
+          const acc_t e7 = seastar_exp(e6);
           acc8[k] += e7;
         }
       }
@@ -110,11 +157,11 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
           acc_t s3 = 0;
           for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
           const acc_t s6 = (s3 + v5[o0]);
-          const acc_t s7 = std::exp(s6);
+          const acc_t s7 = seastar_exp(s6);
           const acc_t s10 = (s7 * v9[o0]);
           #pragma omp simd
           for (int k = 0; k < 5; ++k) {
-            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + std::exp(-v0[o0 * 5 + (c0 + k)])));
+            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v0[o0 * 5 + (c0 + k)])));
             const acc_t e12 = (s10 * e11);
             acc13[k] += e12;
           }
@@ -282,9 +329,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
           acc_t e19 = 0;
           for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
           const acc_t e22 = (e19 + v21[(c0 + k)]);
-          const acc_t e23 = std::exp(e22);
+          const acc_t e23 = seastar_exp(e22);
           acc_t e28 = 0;
-          for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + std::exp(-v15[(c0 + k) * 5 + r28_1]))));
+          for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[(c0 + k) * 5 + r28_1]))));
           const acc_t e36 = (e28 * e23);
           acc37[k] += e36;
         }
@@ -321,7 +368,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       const scalar_t* v15 = b3 + nbr * 10;
       acc_t v16[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v16[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + std::exp(-v15[i0 * 5 + i1])));
+        v16[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[i0 * 5 + i1])));
       }
       acc_t v17[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
@@ -357,7 +404,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       }
       acc_t v23[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v23[i0] = std::exp(v22[i0]);
+        v23[i0] = seastar_exp(v22[i0]);
       }
       acc_t v42[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
@@ -409,7 +456,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     const scalar_t* v15 = b3 + r * 10;
     acc_t v16[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v16[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + std::exp(-v15[i0 * 5 + i1])));
+      v16[i0 * 5 + i1] = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[i0 * 5 + i1])));
     }
     acc_t v29[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
@@ -479,7 +526,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       }
       acc_t v23[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v23[i0] = std::exp(v22[i0]);
+        v23[i0] = seastar_exp(v22[i0]);
       }
       const acc_t* v24 = b5 + nbr * 2;
       acc_t v25[2];
