@@ -142,6 +142,17 @@ def _degree_norm(degrees: torch.Tensor, like: torch.Tensor, how: str) -> torch.T
     return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
 
 
+def _cached_norm(g: Graph, sources: bool, like: torch.Tensor, how: str) -> torch.Tensor:
+    """_degree_norm of the sources' out-degrees or the destinations' in-degrees: it follows from the
+    graph alone, so it is made once per graph (inside a traced model, on every call)."""
+    def make():
+        return _degree_norm(_degrees(g.out_indptr if sources else g.in_indptr), like, how)
+
+    if torch.compiler.is_compiling():
+        return make()
+    return g.derived(("dgl_degree_norm", sources, how, like.dtype, like.device, like.dim()), make)
+
+
 def _edge_weight_norm(g: Graph, edge_weight: torch.Tensor) -> torch.Tensor:
     """DGL's EdgeWeightNorm(norm="both"): w / sqrt(weighted out-degree of the source * weighted
     in-degree of the destination), on the converted graph."""
@@ -194,7 +205,7 @@ class GraphConv(_DGLGraphConv):
             raise ValueError(f"'edge_weight' must have one value per edge ({g.num_edges}), "
                              f"got shape {tuple(edge_weight.shape)}")
         if self._norm in ("left", "both"):
-            feat_src = feat_src * _degree_norm(_degrees(g.out_indptr), feat_src, self._norm)
+            feat_src = feat_src * _cached_norm(g, True, feat_src, self._norm)
         if weight is not None:
             if self.weight is not None:
                 raise dgl.DGLError("External weight is provided while at the same time the module has defined its "
@@ -209,7 +220,7 @@ class GraphConv(_DGLGraphConv):
             if weight is not None:
                 rst = torch.matmul(rst, weight)
         if self._norm in ("right", "both"):
-            rst = rst * _degree_norm(_degrees(g.in_indptr), feat_dst, self._norm)
+            rst = rst * _cached_norm(g, False, feat_dst, self._norm)
         if self.bias is not None:
             rst = rst + self.bias
         if self._activation is not None:
@@ -228,13 +239,15 @@ class APPNPConv(_DGLAPPNPConv):
             raise dgl.DGLError(f"APPNPConv propagates K steps over one set of vertices, but the graph has {g.num_src} "
                                f"source and {g.num_dst} destination vertices (a block or bipartite graph); "
                                "pass a homogeneous graph")
-        if edge_weight is None:
-            src_norm = _degree_norm(_degrees(g.out_indptr), feat, "both").view(-1, 1)
-            dst_norm = _degree_norm(_degrees(g.in_indptr), feat, "both").view(-1, 1)
-        else:
-            edge_weight = _edge_weight_norm(g, edge_weight)
         alpha = feat.new_tensor(self._alpha)
         feat_0 = h = _rows(feat)
+        if edge_weight is None:
+            src_norm = _cached_norm(g, True, feat, "both").view(-1, 1)
+            # (1 - alpha) * (sum * dst_norm) + alpha * h_0: dst_norm folded into the teleport split, once
+            kept = (1 - alpha) * _cached_norm(g, False, feat, "both").view(-1, 1)
+            teleported = alpha * feat_0
+        else:
+            edge_weight = _edge_weight_norm(g, edge_weight)
         for _ in range(self._k):
             w = edge_weight
             if self.training and self.edge_drop.p > 0:
@@ -243,9 +256,7 @@ class APPNPConv(_DGLAPPNPConv):
             if w is not None:
                 feats["w"] = w.reshape(g.num_edges).to(feat.dtype)
             if edge_weight is None:
-                # (1 - alpha) * (sum * dst_norm) + alpha * h: fold dst_norm into the teleport split
-                out = programs.WEIGHTED_SUM(g, **feats)[0]
-                h = (1 - alpha) * out * dst_norm + alpha * feat_0
+                h = torch.addcmul(teleported, programs.WEIGHTED_SUM(g, **feats)[0], kept)
             else:
                 h = programs.APPNP_STEP(g, h=feat_0, alpha=alpha, keep=1 - alpha, **feats)[0]
         return h.view(feat.shape)

@@ -28,6 +28,7 @@ runtime/library.py.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from dataclasses import dataclass
@@ -82,22 +83,26 @@ class OpFamily:
     def name(self) -> str:
         return self.build.__name__
 
-    @property
+    @functools.cached_property  # the properties below are read on every call of the op
     def optional_arguments(self) -> tuple[str, ...]:
         """The op's optional tensor arguments, in schema order: features, parameters, the seed."""
         return (tuple(feature for feature, _ in self.optional) + self.optional_params
                 + (("seed",) if self.seeded_by else ()))
 
-    @property
+    @functools.cached_property
     def arguments(self) -> tuple[str, ...]:
         """The op's tensor arguments after the graph, in schema order."""
         return self.required + self.params + self.optional_arguments
 
     def is_feature(self, name: str) -> bool:
         """A feature (rows of vertices or edges), else a 0-d parameter or the seed."""
-        return name not in self.params + self.optional_params + ("seed",)
+        return name not in self._not_features
 
-    @property
+    @functools.cached_property
+    def _not_features(self) -> frozenset[str]:
+        return frozenset(self.params + self.optional_params + ("seed",))
+
+    @functools.cached_property
     def options(self) -> tuple[str, ...]:
         """What selects a variant besides the dtype, in schema order."""
         return tuple(feature for feature, _ in self.optional) + self.optional_params + self.switches

@@ -426,6 +426,8 @@ def _to_rows(x: Tensor, node_dim: int) -> Tuple[Tensor, List[int], int]:
     features (a batch of feature sets over one static graph is one wider feature set), and what
     _from_rows needs to put a result of the same layout back. A no-op for (N, F) features."""
     axis = node_dim % x.dim()
+    if axis == 0 and x.dim() == 2 and x.is_contiguous():  # (N, F) already: nothing to move (most calls)
+        return x, [x.size(1)], 0
     moved = x.movedim(axis, 0)
     features = list(moved.shape[1:])
     width = 1
@@ -435,6 +437,8 @@ def _to_rows(x: Tensor, node_dim: int) -> Tuple[Tensor, List[int], int]:
 
 
 def _from_rows(out: Tensor, features: List[int], axis: int) -> Tensor:
+    if axis == 0 and len(features) == 1:
+        return out
     return out.reshape([out.size(0)] + features).movedim(0, axis)
 
 

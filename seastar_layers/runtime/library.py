@@ -36,7 +36,7 @@ def call(family, graph, **tensors) -> list[Tensor]:
     """Runs torch.ops.seastar_layers.<family>: the program's results on `graph` (a seastar_layers.Graph);
     switches are passed by name as bools."""
     require()
-    unknown = set(tensors) - set(family.arguments) - set(family.switches)
+    unknown = [name for name in tensors if name not in family.arguments and name not in family.switches]
     if unknown:
         raise TypeError(f"{NAMESPACE}::{family.name} got unknown arguments {sorted(unknown)}; it takes "
                         f"{', '.join(family.arguments + family.switches)}")
