@@ -600,18 +600,11 @@ class OpBackward : public torch::autograd::Node {
   // instead of silently treating them as constants.
   void no_double_backward(const std::vector<at::Tensor>& gradients, const torch::autograd::variable_list& grads,
                           const std::vector<at::Tensor>& given) const {
-    torch::autograd::edge_list edges;
-    bool any = false;
-    for (const auto* list : {&grads, &given})
-      for (const at::Tensor& t : *list) {
-        any = any || t.requires_grad();
-        edges.push_back(t.requires_grad() ? torch::autograd::impl::gradient_edge(t) : torch::autograd::Edge());
-      }
-    if (!any) return;
+    if (!torch::autograd::compute_requires_grad(grads, given)) return;
     auto error = make_node<torch::autograd::Error>(
         std::string(family_.op) + " has no double backward: its gradients cannot be differentiated again "
         "(create_graph=True through a seastar_layers layer); compute higher-order gradients with the "
-        "stock PyG or DGL layer", std::move(edges));
+        "stock PyG or DGL layer", torch::autograd::collect_next_edges(grads, given));
     for (const at::Tensor& g : gradients)
       if (g.defined() && torch::autograd::isDifferentiableType(g.scalar_type())) torch::autograd::set_history(g, error);
   }
@@ -637,16 +630,13 @@ inline OpResults with_autograd(const Family& family, ForwardCall forward, Backwa
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     out = forward(graph, args, switches);
   }
-  bool requires_grad = false;
-  for (const auto& t : args) requires_grad = requires_grad || (t.has_value() && t->requires_grad());
-  if (!requires_grad || !at::GradMode::is_enabled()) return out;
+  if (!torch::autograd::compute_requires_grad(args)) return out;
   auto& [results, saved] = out;
   auto node = make_node<OpBackward>(family, backward, graph, args, switches, saved);
-  torch::autograd::edge_list edges;
+  std::vector<at::Tensor> given;  // one edge per argument given: the backward returns a gradient for each
   for (const auto& t : args)
-    if (t.has_value())
-      edges.push_back(t->requires_grad() ? torch::autograd::impl::gradient_edge(*t) : torch::autograd::Edge());
-  node->set_next_edges(std::move(edges));
+    if (t.has_value()) given.push_back(*t);
+  node->set_next_edges(torch::autograd::collect_next_edges(given));
   for (at::Tensor& result : results) torch::autograd::set_history(result, node);
   return out;
 }
