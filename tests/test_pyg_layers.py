@@ -83,6 +83,17 @@ def test_gat_options(options):
     check(ref, ours, *args)
 
 
+@pytest.mark.parametrize("heads,channels,edge_dim",
+                         [(8, 8, None), (16, 16, 3), (4, 80, None), (3, 90, 2), (1, 300, None)],
+                         ids=["8x8", "16x16-edges", "4x80", "3x90-edges", "1x300"])
+def test_gat_row_widths(heads, channels, edge_dim):
+    """Rows of up to 256 (heads, channels) elements are swept once per edge, every head at once;
+    wider rows one head and one block of channels at a time: both agree with PyG."""
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=channels, heads=heads, edge_dim=edge_dim)
+    x, ei = data(num_edges=300)
+    check(ref, ours, x, ei, *([torch.randn(ei.shape[1], edge_dim)] if edge_dim else []))
+
+
 def test_gat_bipartite_and_size():
     ref, ours = pair("GATConv", in_channels=(F_IN, 7), out_channels=4, heads=2, add_self_loops=False)
     gen = torch.Generator().manual_seed(1)

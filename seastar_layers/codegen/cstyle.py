@@ -67,10 +67,12 @@ class KernelRenderer:
             return self.d.load(f"v{i}[{idx}]", self.dtype)
         return f"v{i}[{idx}]"
 
-    def c_expr(self, i: int, operands: list[str], element: str) -> str:
-        """Node i's C expression for one element (`element`: its flat index, which random draws hash)."""
+    def c_expr(self, i: int, operands: list[str], element: str, as_bool: bool = False) -> str:
+        """Node i's C expression for one element (`element`: its flat index, which random draws hash);
+        as_bool: a comparison's as a C bool."""
         n = self.nodes[i]
-        template = _MATH.sub(lambda m: self.d.math(m.group(1), self.dtype) + "(", OPS[n.op].c)
+        template = _MATH.sub(lambda m: self.d.math(m.group(1), self.dtype) + "(",
+                             OPS[n.op].c_bool if as_bool else OPS[n.op].c)
         row = {self.k.row_space: "r", self.k.nbr_space: "nbr", Space.EDGE: "eid"}.get(n.space, "0")
         return template.format(*operands, **dict(n.attrs), row=row, element=element)
 
@@ -132,7 +134,7 @@ class KernelRenderer:
         n = self.nodes[i]
         if n.op is Op.CONST:
             return
-        from_buffer = n.op is Op.INPUT or (n.op.kind == Kind.AGGREGATION and i not in self.k.aggs)
+        from_buffer = self.k.reads_buffer(i, n)
         if n.op.kind == Kind.AGGREGATION and not from_buffer:
             raise AssertionError(f"aggregation %{i} used before its loop ran")
         if not from_buffer:
@@ -228,7 +230,7 @@ class KernelRenderer:
 
         def available(i) -> bool:  # a constant, a row value, a buffer read or a finished aggregation
             n = self.nodes[i]
-            return (n.op is Op.CONST or i in self.ready or self.is_row_level(i) or n.op is Op.INPUT
+            return (n.op is Op.CONST or i in self.ready or self.is_row_level(i) or self.k.reads_buffer(i, n)
                     or n.op.kind == Kind.AGGREGATION)
 
         def inlinable(i) -> bool:  # computable inside a reduction's loop, from available values
@@ -272,13 +274,16 @@ class KernelRenderer:
                 return None
         return widest
 
-    def block_operand(self, i: int, coords: list[str], flat: str | None, names: dict[int, str]) -> str:
-        """Value i at the element of the aggregation's shape whose coordinates are `coords`."""
+    def block_operand(self, i: int, coords: list[str], flat: str | None, names: dict[int, str],
+                      condition: bool = False) -> str:
+        """Value i at the element of the aggregation's shape whose coordinates are `coords`
+        (condition: as the condition of a select, where a comparison stays a C bool)."""
         n = self.nodes[i]
         if n.op is Op.CONST:
             return self.d.literal(n.attr("value"), self.dtype)
         if i in names:
-            return names[i]
+            # anywhere else a comparison is acc_t again: bool / bool would divide integers
+            return names[i] if condition or OPS[n.op].c_bool is None else f"(acc_t){names[i]}"
         return self.access(i, self.block_index(n.shape, coords, flat))
 
     def block_index(self, shape, coords: list[str], flat: str | None) -> str:
@@ -290,8 +295,11 @@ class KernelRenderer:
         """Statements defining `name` as value i at the element with these coordinates."""
         n = self.nodes[i]
         if n.op.kind != Kind.REDUCE:
-            operands = [self.block_operand(a, coords, flat, names) for a in n.args]
-            return [f"const acc_t {name} = {self.c_expr(i, operands, self.block_index(n.shape, coords, flat))};"]
+            operands = [self.block_operand(a, coords, flat, names, condition=n.op is Op.WHERE and k == 0)
+                        for k, a in enumerate(n.args)]
+            as_bool = OPS[n.op].c_bool is not None
+            expr = self.c_expr(i, operands, self.block_index(n.shape, coords, flat), as_bool)
+            return [f"const {'bool' if as_bool else 'acc_t'} {name} = {expr};"]
         (x,) = n.args
         x_shape, axes, keepdim = self.nodes[x].shape, n.attr("axes"), n.attr("keepdim")
         out = [coords[len(self.block_shape) - len(n.shape) + t] if extent != 1 else "0"
@@ -309,36 +317,56 @@ class KernelRenderer:
         term = self.inline_expr(x, x_coords, len(x_shape))
         return [f"acc_t {name} = 0;", " ".join(headers + [f"{name} += {term};"])]
 
-    def inline_expr(self, i: int, coords: list[str], rank: int) -> str:
+    def inline_expr(self, i: int, coords: list[str], rank: int, condition: bool = False) -> str:
         """Value i as one C expression at the element with `coords` (of a shape of `rank` axes it
-        broadcasts into): computed values are recomputed inline, the others read."""
+        broadcasts into): computed values are recomputed inline, the others read (condition: as a
+        select's condition, where a comparison is a C bool)."""
         n = self.nodes[i]
         if n.op is Op.CONST:
             return self.d.literal(n.attr("value"), self.dtype)
         index = flat_index(n.shape, coords, rank)
-        if i in self.ready or self.is_row_level(i) or n.op is Op.INPUT or n.op.kind == Kind.AGGREGATION:
+        if i in self.ready or self.is_row_level(i) or self.k.reads_buffer(i, n) or n.op.kind == Kind.AGGREGATION:
             return self.access(i, index)
-        return self.c_expr(i, [self.inline_expr(a, coords, rank) for a in n.args], index)
+        operands = [self.inline_expr(a, coords, rank, condition=n.op is Op.WHERE and k == 0)
+                    for k, a in enumerate(n.args)]
+        return self.c_expr(i, operands, index, as_bool=condition and OPS[n.op].c_bool is not None)
 
     def render_blocked_loop(self, loop, values: list[int]):
         self.block_shape = self.block_shape_of(loop)
-        size = size_expr(self.block_shape)
-        layout = self.d.block_layout(self.block_shape, str(size))
+        size = str(size_expr(self.block_shape))
+        layout = self.d.block_layout(self.block_shape, size)
+        if layout.outer_axis is not None and any(
+                not varies_along(self.nodes[a].shape, self.block_shape, layout.outer_axis) for a in loop.aggs):
+            layout = layout.fallback  # a whole-row layout would add such an aggregation up once per head
         for a in loop.aggs:
             self.declare_value(a, distributed=True)  # each lane stores the features of its own slots
+        if layout.guard is None:
+            self.render_layout(loop, values, layout, size)
+        else:
+            self.emit(f"if ({layout.guard}) {{")
+            self.depth += 1
+            self.render_layout(loop, values, layout, size)
+            self.depth -= 1
+            self.emit("} else {")
+            self.depth += 1
+            self.render_layout(loop, values, layout.fallback, size)
+            self.depth -= 1
+            self.emit("}")
+        self.finish_aggregations(loop)
+
+    def render_layout(self, loop, values: list[int], layout, size: str):
         for line in layout.open:
             self.emit(line)
             self.depth += 1
         for guard_open, count, guard_close in layout.variants:
             if guard_open:
                 self.emit(guard_open)
-            self.render_block(loop, values, layout, count, str(size))
+            self.render_block(loop, values, layout, count, size)
             if guard_close:
                 self.emit(guard_close)
         for line in layout.close:
             self.depth -= 1
             self.emit(line)
-        self.finish_aggregations(loop)
 
     def reachable(self, roots: list[int], values: list[int]) -> set[int]:
         """The values among `values` that `roots` are computed from."""
@@ -359,7 +387,7 @@ class KernelRenderer:
                 return
             seen.add(i)
             n = self.nodes[i]
-            if n.op is Op.INPUT or n.op.kind == Kind.AGGREGATION:
+            if self.k.reads_buffer(i, n) or n.op.kind == Kind.AGGREGATION:
                 found.append(i)
                 return
             for a in n.args:
@@ -383,72 +411,140 @@ class KernelRenderer:
     def render_block(self, loop, values: list[int], layout, count: str, size: str):
         self.depth += bool(layout.variants[0][0])  # inside the variant's guard
         shape = self.block_shape
+        whole_row = layout.outer_open is not None
         per_slot = [a for a in loop.aggs if self.nodes[a].shape == shape]
         per_block = [a for a in loop.aggs if self.nodes[a].shape != shape]  # accumulated in the first block
+        live = layout.accumulators or layout.slots
         for a in loop.aggs:
             start = self.d.literal(OPS[self.nodes[a].op].start, self.dtype)
-            if a in per_block:
+            if a in per_block and not whole_row:
                 self.emit(f"acc_t acc{a} = {start};")
             else:
-                self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {layout.slots}; ++k) "
-                          f"acc{a}[k] = {start};")
+                self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {live}; ++k) acc{a}[k] = {start};")
         outer = self.open_edge_loop()
         reads = self.block_reads(values, loop)
         for i in reads:  # buffer rows of this edge; row values are ready already
             self.require(i)
         if layout.prefetch is not None:
-            self.prefetch_ahead(reads, layout.prefetch, len(shape))
+            self.prefetch_ahead(reads, layout.prefetch, len(shape), layout.prefetch_rows)
         # values constant along the block's features are computed once per edge (where the layout allows)
         names: dict[int, str] = {}
         if layout.block_coords is not None:
             # what only the first block's accumulators need is computed in the first block only
             for_slots = self.reachable([self.nodes[a].args[0] for a in per_slot], values)
-            first_only = []
-            for i in values:
-                if not varies_along(self.nodes[i].shape, shape, layout.vector_axis):
+            once = [i for i in values if not varies_along(self.nodes[i].shape, shape, layout.vector_axis)]
+            if whole_row:  # once per head, into arrays for the slots that read them
+                per_slot_values = [i for i in values if i in for_slots and i not in once]
+                read = {a for i in per_slot_values for a in self.nodes[i].args}
+                read |= {self.nodes[a].args[0] for a in per_slot}
+                self.render_per_head(per_block, once, [i for i in once if i in read], layout, names)
+            else:
+                first_only = []
+                for i in once:
                     lines = self.block_value(i, f"s{i}", layout.block_coords, None, names)
                     (self.emit(*lines) if i in for_slots else first_only.extend(lines))
                     names[i] = f"s{i}"
-            if per_block:
-                self.emit(f"if ({layout.first_block}) {{")
-                self.depth += 1
-                self.emit(*first_only)
-                for a in per_block:
-                    x = self.block_operand(self.nodes[a].args[0], layout.block_coords, None, names)
-                    self.emit(OPS[self.nodes[a].op].update.format(acc=f"acc{a}", x=x))
-                self.depth -= 1
-                self.emit("}")
+                if per_block:
+                    self.emit(f"if ({layout.first_block}) {{")
+                    self.depth += 1
+                    self.emit(*first_only)
+                    for a in per_block:
+                        x = self.block_operand(self.nodes[a].args[0], layout.block_coords, None, names)
+                        self.emit(OPS[self.nodes[a].op].update.format(acc=f"acc{a}", x=x))
+                    self.depth -= 1
+                    self.emit("}")
         body = []
+        if self.d.split_reductions:  # each per slot into an array, in a slot loop of its own
+            for i in values:
+                if i not in names and self.nodes[i].op.kind == Kind.REDUCE:
+                    self.emit(f"acc_t e{i}[{layout.slots}];")
+                    self.slot_loop(layout, count, size, self.block_value(i, f"r{i}", layout.slot_coords,
+                                                                         layout.slot_flat, names)
+                                   + [f"e{i}[{layout.slot_index}] = r{i};"])
+                    names[i] = f"e{i}[{layout.slot_index}]"
         for i in values:
             if i not in names:
                 body += self.block_value(i, f"e{i}", layout.slot_coords, layout.slot_flat, names)
                 names[i] = f"e{i}"
         for a in per_slot:
             x = self.block_operand(self.nodes[a].args[0], layout.slot_coords, layout.slot_flat, names)
-            body.append(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[k]", x=x))
+            body.append(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{layout.slot_index}]", x=x))
         self.slot_loop(layout, count, size, body)
         self.ready = outer
         self.close_edge_loop()
         index = self.block_index(shape, layout.slot_coords, layout.slot_flat)
-        self.slot_loop(layout, count, size, [f"v{a}[{index}] = acc{a}[k];" for a in per_slot])
+        self.slot_loop(layout, count, size, [f"v{a}[{index}] = acc{a}[{layout.slot_index}];" for a in per_slot])
         for a in per_block:
             index = flat_index(self.nodes[a].shape, layout.block_coords, len(shape))
-            self.emit(f"if ({layout.first_block}) v{a}[{index}] = acc{a};")
+            if whole_row:
+                self.emit(*layout.outer_open, f"  v{a}[{index}] = acc{a}[{index}];", *layout.outer_close)
+            else:
+                self.emit(f"if ({layout.first_block}) v{a}[{index}] = acc{a};")
         self.depth -= bool(layout.variants[0][0])
 
-    def prefetch_ahead(self, reads: list[int], coords: list[str], out_rank: int):
-        """Prefetch this block of the rows gathered through the neighbour or edge id a few edges
-        ahead. Per-edge values are: edge ids scatter them over the largest arrays. A neighbour's
-        value smaller than a cache line is not (N of them stay cached)."""
+    def render_per_head(self, per_block: list[int], once: list[int], for_slots: list[int], layout, names: dict):
+        """A whole-row layout's loop over the outer axis in an edge: the values constant along the
+        slots' axis, per outer index, stored for the slots that read them; the aggregations of the
+        outer axis's shape accumulate here."""
+        rank = len(self.block_shape)
+        # what does not vary along the heads either (a per-edge scalar) once per edge, before them
+        for i in [i for i in once if not varies_along(self.nodes[i].shape, self.block_shape, layout.outer_axis)]:
+            self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
+            names[i] = f"s{i}"
+        once = [i for i in once if i not in names]
+        for_slots = [i for i in for_slots if i not in names]
+        for i in for_slots:
+            self.emit(f"acc_t t{i}[{layout.slots}];")
+        reductions = [i for i in once if self.d.split_reductions and self.nodes[i].op.kind == Kind.REDUCE]
+        if reductions:  # in a loop of their own, so that the loop computing the rest vectorises
+            for i in reductions:
+                if i not in for_slots:
+                    self.emit(f"acc_t t{i}[{layout.slots}];")
+            self.emit(*layout.outer_open)
+            self.depth += 1
+            for i in reductions:
+                self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
+                self.emit(f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}] = s{i};")
+            self.depth -= 1
+            self.emit(*layout.outer_close)
+            for i in reductions:
+                names[i] = f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}]"
+        self.emit(*layout.outer_open)
+        self.depth += 1
+        for i in once:
+            if i not in reductions:
+                self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
+                names[i] = f"s{i}"
+        for a in per_block:
+            x = self.block_operand(self.nodes[a].args[0], layout.block_coords, None, names)
+            index = flat_index(self.nodes[a].shape, layout.block_coords, len(self.block_shape))
+            self.emit(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{index}]", x=x))
+        for i in for_slots:
+            if i not in reductions:
+                self.emit(f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}] = s{i};")
+        self.depth -= 1
+        self.emit(*layout.outer_close)
+        for i in for_slots:
+            names[i] = f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}]"
+
+    def prefetch_ahead(self, reads: list[int], coords: list[str], out_rank: int, whole_rows: bool):
+        """Prefetch this block of the rows (or the whole rows) gathered through the neighbour or
+        edge id a few edges ahead. Per-edge values are: edge ids scatter them over the largest
+        arrays. A neighbour's value smaller than a cache line is not (N of them stay cached)."""
         for i in reads:
             n = self.nodes[i]
             ids = {self.k.nbr_space: "nbrs", Space.EDGE: "eids"}.get(n.space)
             small = isinstance(n.size, int) and n.size < 16
-            if n.op is not Op.INPUT or ids is None or (ids == "nbrs" and small):
+            if not self.k.reads_buffer(i, n) or n.op.kind == Kind.AGGREGATION or ids is None \
+                    or (ids == "nbrs" and small):
                 continue
             base = f"b{self.buffer_index[self.s.reads[i]]}"
+            row = f"{base} + {ids}[j + DISTANCE] * {n.size}"
+            if whole_rows:
+                self.emit(*self.d.prefetch(row, "j + DISTANCE < end", str(n.size)))
+                continue
             offset = flat_index(n.shape, coords, out_rank) if len(n.shape) <= out_rank else "0"
-            self.emit(*self.d.prefetch(f"{base} + {ids}[j + DISTANCE] * {n.size} + {offset}", "j + DISTANCE < end"))
+            self.emit(*self.d.prefetch(f"{row} + {offset}", "j + DISTANCE < end"))
 
     # kernel ------------------------------------------------------------------------------------
     def open_edge_loop(self) -> set[int]:
@@ -474,7 +570,7 @@ class KernelRenderer:
                 return
             seen.add(i)
             n = self.nodes[i]
-            if n.op.kind == Kind.AGGREGATION:
+            if n.op.kind == Kind.AGGREGATION or i in self.k.buffered:
                 if self.is_row_level(i):
                     row_level.append(i)
                 return

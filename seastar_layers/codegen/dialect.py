@@ -59,7 +59,16 @@ class BlockLayout:
     slot; first_block: a C condition true in the first block along the vector axis, where
     aggregations constant along it accumulate (None: the layout cannot); prefetch: coordinates of
     the block's first element, where the dialect prefetches the rows an edge loop gathers a few
-    edges ahead (None: it does not)."""
+    edges ahead (None: it does not).
+
+    A *whole-row* layout (the CPU's, for small (heads, channels) shapes) has no loops outside the
+    edge loop: every accumulator of the row is live across it, so each edge is visited once.
+    outer_open/outer_close: per edge, a loop over the one outer axis `outer_axis` (heads), where the
+    values constant along the vector axis are computed once per outer index, into arrays the slots
+    read, and where the aggregations of that axis's shape accumulate; slot_open then loops over both
+    axes and slot_index is slot k's accumulator; accumulators: how many the row has (a C
+    expression); prefetch_rows: prefetch the whole of each gathered row, not one block of it.
+    guard: a C condition under which the layout applies, `fallback` the layout otherwise."""
 
     open: list[str]
     close: list[str]
@@ -73,6 +82,14 @@ class BlockLayout:
     block_coords: list[str] | None
     first_block: str | None = None
     prefetch: list[str] | None = None
+    outer_axis: int | None = None
+    outer_open: list[str] | None = None
+    outer_close: list[str] | None = None
+    slot_index: str = "k"
+    accumulators: str | None = None
+    prefetch_rows: bool = False
+    guard: str | None = None
+    fallback: BlockLayout | None = None
 
 
 class Dialect:
@@ -81,6 +98,9 @@ class Dialect:
     name = "abstract"
     file_suffix = ".cpp"
     inline_function = "static inline"  # how helper functions kernels call are declared
+    # blocked loops compute per-edge reductions over features in a loop of their own before the
+    # loop over slots (or heads) that reads them: a loop holding an inner loop stays scalar on the CPU
+    split_reductions = False
 
     def preamble(self, dtype: str) -> str:
         """Includes and helpers before any program; dtype: the storage dtype name."""
@@ -134,9 +154,10 @@ class Dialect:
         """A barrier among the lanes of one row's group (none on the CPU)."""
         raise NotImplementedError
 
-    def prefetch(self, address: str, condition: str) -> list[str]:
-        """Fetch `address` into the cache early where `condition` holds (DISTANCE: the dialect's
-        distance in edges); only layouts with BlockLayout.prefetch ask."""
+    def prefetch(self, address: str, condition: str, span: str | None = None) -> list[str]:
+        """Fetch `address` (and the `span` elements from it, if given) into the cache early where
+        `condition` holds (DISTANCE: the dialect's distance in edges); only layouts with
+        BlockLayout.prefetch ask."""
         return []
 
     def block_layout(self, shape: tuple, size: str) -> BlockLayout:

@@ -126,6 +126,9 @@ class OpDef:
     grad: Callable | None = None  # reverse-mode rule: d -> one contribution (or None) per operand
     # how it renders ----------------------------------------------------------------------------
     c: str | None = None  # C expression in acc_t ({row} and {element} name the value's row and flat element)
+    # comparisons: the C bool a value of the op held in a scalar is declared as (GCC vectorises a
+    # select on a bool, and gives up on one on the same condition cast to 0 or 1 in acc_t)
+    c_bool: str | None = None
     start: float | None = None  # aggregations: the accumulator's start (and the value over no edges)
     update: str | None = None  # aggregations: C statement folding {x} into {acc}
 
@@ -242,7 +245,7 @@ for _op, _ast, _fn, _c in ((Op.LT, ast.Lt, operator.lt, "<"), (Op.LE, ast.LtE, o
                            (Op.GT, ast.Gt, operator.gt, ">"), (Op.GE, ast.GtE, operator.ge, ">="),
                            (Op.EQ, ast.Eq, operator.eq, "=="), (Op.NE, ast.NotEq, operator.ne, "!=")):
     define(_op, Kind.ELEMENTWISE, 2, operators=(_ast,), python=_number_cmp(_fn),
-           torch=_cmp(getattr(torch, _op.value)), c=f"(acc_t)({{0}} {_c} {{1}})",
+           torch=_cmp(getattr(torch, _op.value)), c=f"(acc_t)({{0}} {_c} {{1}})", c_bool=f"({{0}} {_c} {{1}})",
            grad=lambda d: [None, None])
 
 define(Op.WHERE, Kind.ELEMENTWISE, 3, functions=(torch.where,), params=("condition", "input", "other"),

@@ -180,14 +180,18 @@ def autodiff(fwd: Program) -> Backward:
         if t.space is Space.CONST:
             return
         b.loc = t.loc
-        c = ad.fit(c, t.shape)
         if t.space is Space.PARAM:
             bucket = Space.DST if ctx is Space.EDGE else ctx
             if ctx is Space.EDGE:
+                # summed over the edges at the edge value's shape, then reduced to the parameter's
+                # once per row: a per-edge reduction (GAT's slope over its heads) would keep the
+                # edge loop from running with its accumulators in registers
                 c = b.aggregate(Op.AGG_SUM, c, Space.DST)
+            c = ad.fit(c, t.shape)
             key = (target, bucket)
             param_adj[key] = b.add(param_adj[key], c) if key in param_adj else c
             return
+        c = ad.fit(c, t.shape)
         if ctx is Space.EDGE and t.space in (Space.SRC, Space.DST):
             c = b.aggregate(Op.AGG_SUM, c, t.space)
         adj[target] = b.add(adj[target], c) if target in adj else c

@@ -61,6 +61,11 @@ class Kernel:
     loops: list[Loop] = field(default_factory=list)
     row_writes: list[tuple[BufferKey, int]] = field(default_factory=list)  # (buffer, node)
     aggs: set[int] = field(default_factory=set)
+    buffered: set[int] = field(default_factory=set)  # values an earlier kernel computed, read from its buffer
+
+    def reads_buffer(self, i: int, node) -> bool:
+        """Whether value i (`node`) is read from a buffer rather than computed in this kernel."""
+        return node.op is Op.INPUT or (node.op.kind == Kind.AGGREGATION and i not in self.aggs) or i in self.buffered
 
     @property
     def row_space(self) -> Space:
@@ -96,6 +101,41 @@ def _first_kernel(direction: Space, same: int, other: int) -> int:
     parity = 0 if direction is Space.DST else 1
     k = max(same, other + 1, 0)
     return k if k % 2 == parity else k + 1
+
+
+def _evaluated(nodes, kernel_of: dict[int, int], roots: list[int], k: int) -> set[int]:
+    """The values kernel k computes itself to reach `roots`: everything up to aggregations of
+    other kernels (read from their buffers)."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        i = stack.pop()
+        if i in seen or (nodes[i].op.kind == Kind.AGGREGATION and kernel_of[i] != k):
+            continue
+        seen.add(i)
+        stack.extend(nodes[i].args)
+    return seen
+
+
+def _materialise_neighbour_reductions(nodes, kernel_of: dict[int, int], writes: dict[int, list],
+                                      kernel_for_output) -> dict[int, int]:
+    """Reductions over features of the neighbour's row that a kernel evaluates per edge, where an
+    earlier kernel sweeping those rows can compute them once per row: {value: that kernel}. The
+    consumer then reads a few values per edge instead of the rows reduced (GAT's backward over
+    source rows reads sum(g * out) per destination: H values instead of two H x C rows)."""
+    n_kernels = max(list(kernel_of.values()) + list(writes) + [0]) + 1
+    chosen: dict[int, int] = {}
+    for k in range(n_kernels):
+        neighbours = Space.DST if k % 2 else Space.SRC  # the rows at the other end of kernel k's edges
+        roots = [nodes[a].args[0] for a, ka in kernel_of.items() if ka == k] + [i for _, i, _ in writes.get(k, [])]
+        for i in sorted(_evaluated(nodes, kernel_of, roots, k)):
+            n = nodes[i]
+            if n.op.kind != Kind.REDUCE or n.space is not neighbours or i in chosen:
+                continue
+            p = kernel_for_output(i, neighbours)
+            if p < k:
+                chosen[i] = p
+    return chosen
 
 
 def schedule(prog: Program) -> Schedule:
@@ -135,6 +175,13 @@ def schedule(prog: Program) -> Schedule:
             continue
         writes.setdefault(kernel_for_output(i, buf.rows), []).append((key, i, buf.rows))
 
+    materialised = _materialise_neighbour_reductions(nodes, kernel_of, writes, kernel_for_output)
+    for i, p in materialised.items():
+        buf = Buffer(BufferKey(Role.TEMP, str(i), nodes[i].space), nodes[i].shape)
+        buffers.append(buf)
+        writes.setdefault(p, []).append((buf.key, i, buf.rows))
+        reads[i] = buf.key
+
     n_kernels = max(list(kernel_of.values()) + list(writes) + [0]) + 1
     kernels = [Kernel(Space.DST if k % 2 == 0 else Space.SRC) for k in range(n_kernels)]
     for i, k in kernel_of.items():
@@ -152,6 +199,9 @@ def schedule(prog: Program) -> Schedule:
             n = nodes[i]
             if n.op.kind == Kind.AGGREGATION and i not in kern.aggs:
                 needed_elsewhere.add(i)
+                s = 0
+            elif materialised.get(i, k) < k:  # read from the row buffer an earlier kernel wrote
+                kern.buffered.add(i)
                 s = 0
             elif n.op.kind == Kind.AGGREGATION:
                 s = stage_of(n.args[0]) + 1

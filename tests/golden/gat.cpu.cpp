@@ -147,31 +147,39 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
     acc_t v13[32];
-    for (int64_t o0 = 0; o0 < 4; ++o0) {
-      for (int64_t c0 = 0; c0 < 8; c0 += 16) {
-        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 4;
-          const scalar_t* v11 = b2 + nbr * 32;
-          if (j + 16 < end) __builtin_prefetch(b2 + nbrs[j + 16] * 32 + o0 * 8 + c0);
-          const acc_t s2 = (v0[o0] + v1[o0]);
-          const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
-          const acc_t s6 = (s3 + v5[o0]);
-          const acc_t s7 = seastar_exp(s6);
-          const acc_t s10 = (s7 * v9[o0]);
-          #pragma omp simd
-          for (int k = 0; k < 8; ++k) {
-            const acc_t e12 = (s10 * v11[o0 * 8 + (c0 + k)]);
-            acc13[k] += e12;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 8; ++k) {
-          v13[o0 * 8 + (c0 + k)] = acc13[k];
-        }
+    acc_t acc13[256]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 4;
+      const scalar_t* v11 = b2 + nbr * 32;
+      if (j + 16 < end) {
+        const auto* ahead = b2 + nbrs[j + 16] * 32;
+        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
       }
+      acc_t t10[256];
+      #pragma omp simd
+      for (int64_t o0 = 0; o0 < 4; ++o0) {
+        const acc_t s2 = (v0[o0] + v1[o0]);
+        const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
+        const acc_t s6 = (s3 + v5[o0]);
+        const acc_t s7 = seastar_exp(s6);
+        const acc_t s10 = (s7 * v9[o0]);
+        t10[o0] = s10;
+      }
+      for (int64_t o0 = 0; o0 < 4; ++o0) {
+      #pragma omp simd
+      for (int64_t k = 0; k < 8; ++k) {
+          const acc_t e12 = (t10[o0] * v11[o0 * 8 + k]);
+          acc13[o0 * (8) + k] += e12;
+      }
+      }
+    }
+    for (int64_t o0 = 0; o0 < 4; ++o0) {
+    #pragma omp simd
+    for (int64_t k = 0; k < 8; ++k) {
+        v13[o0 * 8 + k] = acc13[o0 * (8) + k];
+    }
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
       b3[r * 32 + i0 * 8 + i1] = v13[i0 * 8 + i1];
@@ -257,15 +265,20 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
         const scalar_t* v3 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
         if (j + 16 < end) __builtin_prefetch(b1 + nbrs[j + 16] * 32 + c0 * 8 + 0);
+        acc_t e15[16];
+        #pragma omp simd
+        for (int k = 0; k < 4; ++k) {
+          acc_t r15 = 0;
+          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) r15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
+          e15[k] = r15;
+        }
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
           const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
           const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
           const acc_t e9 = (e6 + v8[(c0 + k)]);
           const acc_t e10 = seastar_exp(e9);
-          acc_t e15 = 0;
-          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
-          const acc_t e18 = (e15 * e10);
+          const acc_t e18 = (e15[k] * e10);
           acc19[k] += e18;
         }
       }
@@ -300,18 +313,23 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
         const scalar_t* v3 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
         if (j + 16 < end) __builtin_prefetch(b1 + nbrs[j + 16] * 32 + c0 * 8 + 0);
+        acc_t e15[16];
+        #pragma omp simd
+        for (int k = 0; k < 4; ++k) {
+          acc_t r15 = 0;
+          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) r15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
+          e15[k] = r15;
+        }
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
           const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
           const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
           const acc_t e9 = (e6 + v8[(c0 + k)]);
           const acc_t e10 = seastar_exp(e9);
-          acc_t e15 = 0;
-          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
-          const acc_t e17 = (e15 * v12[(c0 + k)]);
+          const acc_t e17 = (e15[k] * v12[(c0 + k)]);
           const acc_t e23 = (e17 + v22[(c0 + k)]);
           const acc_t e24 = (e23 * e10);
-          const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
+          const bool e26 = (e5 > (acc_t)0.0);
           const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
           const acc_t e30 = (e24 * e29);
           acc32[k] += e30;
@@ -355,52 +373,66 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     const scalar_t* v1 = b1 + r * 32;
     acc_t v16[32];
     acc_t v31[4];
-    for (int64_t o0 = 0; o0 < 4; ++o0) {
-      for (int64_t c0 = 0; c0 < 8; c0 += 16) {
-        acc_t acc16[16]; for (int k = 0; k < 16; ++k) acc16[k] = (acc_t)0.0;
-        acc_t acc31 = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v4 = b3 + nbr * 4;
-          const acc_t* v7 = b4 + nbr * 4;
-          const acc_t* v11 = b5 + nbr * 4;
-          const scalar_t* v0 = b0 + nbr * 32;
-          const acc_t* v19 = b9 + nbr * 4;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * 32 + o0 * 8 + c0);
-          const acc_t s5 = (v3[o0] + v4[o0]);
-          const acc_t s6 = (s5 > 0 ? s5 : s5 * (acc_t)0.2);
-          const acc_t s8 = (-v7[o0]);
-          const acc_t s9 = (s6 + s8);
-          const acc_t s10 = seastar_exp(s9);
-          const acc_t s12 = ((acc_t)1 / v11[o0]);
-          const acc_t s13 = (s10 * s12);
-          if (c0 == 0) {
-            acc_t s15 = 0;
-            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) s15 += (v0[o0 * 8 + r15_1] * v1[o0 * 8 + r15_1]);
-            const acc_t s17 = (s15 * s12);
-            const acc_t s20 = (s12 * s12);
-            const acc_t s21 = (v19[o0] * s20);
-            const acc_t s22 = (-s21);
-            const acc_t s23 = (s17 + s22);
-            const acc_t s24 = (s23 * s10);
-            const acc_t s26 = (acc_t)(s5 > (acc_t)0.0);
-            const acc_t s29 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t s30 = (s24 * s29);
-            acc31 += s30;
-          }
-          #pragma omp simd
-          for (int k = 0; k < 8; ++k) {
-            const acc_t e14 = (v0[o0 * 8 + (c0 + k)] * s13);
-            acc16[k] += e14;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 8; ++k) {
-          v16[o0 * 8 + (c0 + k)] = acc16[k];
-        }
-        if (c0 == 0) v31[o0] = acc31;
+    acc_t acc16[256]; for (int k = 0; k < 32; ++k) acc16[k] = (acc_t)0.0;
+    acc_t acc31[256]; for (int k = 0; k < 32; ++k) acc31[k] = (acc_t)0.0;
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v4 = b3 + nbr * 4;
+      const acc_t* v7 = b4 + nbr * 4;
+      const acc_t* v11 = b5 + nbr * 4;
+      const scalar_t* v0 = b0 + nbr * 32;
+      const acc_t* v19 = b9 + nbr * 4;
+      if (j + 16 < end) {
+        const auto* ahead = b0 + nbrs[j + 16] * 32;
+        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
       }
+      acc_t t13[256];
+      acc_t t15[256];
+      #pragma omp simd
+      for (int64_t o0 = 0; o0 < 4; ++o0) {
+        acc_t s15 = 0;
+        for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) s15 += (v0[o0 * 8 + r15_1] * v1[o0 * 8 + r15_1]);
+        t15[o0] = s15;
+      }
+      #pragma omp simd
+      for (int64_t o0 = 0; o0 < 4; ++o0) {
+        const acc_t s5 = (v3[o0] + v4[o0]);
+        const acc_t s6 = (s5 > 0 ? s5 : s5 * (acc_t)0.2);
+        const acc_t s8 = (-v7[o0]);
+        const acc_t s9 = (s6 + s8);
+        const acc_t s10 = seastar_exp(s9);
+        const acc_t s12 = ((acc_t)1 / v11[o0]);
+        const acc_t s13 = (s10 * s12);
+        const acc_t s17 = (t15[o0] * s12);
+        const acc_t s20 = (s12 * s12);
+        const acc_t s21 = (v19[o0] * s20);
+        const acc_t s22 = (-s21);
+        const acc_t s23 = (s17 + s22);
+        const acc_t s24 = (s23 * s10);
+        const bool s26 = (s5 > (acc_t)0.0);
+        const acc_t s29 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+        const acc_t s30 = (s24 * s29);
+        acc31[o0] += s30;
+        t13[o0] = s13;
+      }
+      for (int64_t o0 = 0; o0 < 4; ++o0) {
+      #pragma omp simd
+      for (int64_t k = 0; k < 8; ++k) {
+          const acc_t e14 = (v0[o0 * 8 + k] * t13[o0]);
+          acc16[o0 * (8) + k] += e14;
+      }
+      }
+    }
+    for (int64_t o0 = 0; o0 < 4; ++o0) {
+    #pragma omp simd
+    for (int64_t k = 0; k < 8; ++k) {
+        v16[o0 * 8 + k] = acc16[o0 * (8) + k];
+    }
+    }
+    #pragma omp simd
+    for (int64_t o0 = 0; o0 < 4; ++o0) {
+      v31[o0] = acc31[o0];
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
       b6[r * 4 + i0] = v31[i0];

@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
             const acc_t e17 = (e15 * v12[f]);
             const acc_t e23 = (e17 + v22[f]);
             const acc_t e24 = (e23 * e10);
-            const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
+            const bool e26 = (e5 > (acc_t)0.0);
             const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
             const acc_t e30 = (e24 * e29);
             acc32[k] += e30;
@@ -446,7 +446,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
             const acc_t e22 = (-e21);
             const acc_t e23 = (e17 + e22);
             const acc_t e24 = (e23 * e10);
-            const acc_t e26 = (acc_t)(e5 > (acc_t)0.0);
+            const bool e26 = (e5 > (acc_t)0.0);
             const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
             const acc_t e30 = (e24 * e29);
             acc31[k] += e30;

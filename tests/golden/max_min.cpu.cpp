@@ -211,10 +211,10 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
         #pragma omp simd
         for (int k = 0; k < 3; ++k) {
           const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
-          const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
-          const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
-          acc7[k] += e6;
-          acc17[k] += e16;
+          const bool e6 = (e4 == v5[(c0 + k)]);
+          const bool e16 = (v2[(c0 + k)] == v15[(c0 + k)]);
+          acc7[k] += (acc_t)e6;
+          acc17[k] += (acc_t)e16;
         }
       }
       #pragma omp simd
@@ -238,8 +238,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
         #pragma omp simd
         for (int k = 0; k < 3; ++k) {
           const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
-          const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
-          const acc_t e9 = (e6 * v8[(c0 + k)]);
+          const bool e6 = (e4 == v5[(c0 + k)]);
+          const acc_t e9 = ((acc_t)e6 * v8[(c0 + k)]);
           const acc_t e10 = (v1[(c0 + k)] * e9);
           const acc_t e12 = (e10 * v2[(c0 + k)]);
           acc14[k] += e12;
@@ -301,14 +301,14 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
         #pragma omp simd
         for (int k = 0; k < 3; ++k) {
           const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
-          const acc_t e6 = (acc_t)(e4 == v5[(c0 + k)]);
+          const bool e6 = (e4 == v5[(c0 + k)]);
           const acc_t e8 = ((acc_t)1 / v7[(c0 + k)]);
-          const acc_t e9 = (e6 * e8);
+          const acc_t e9 = ((acc_t)e6 * e8);
           const acc_t e10 = (v1[(c0 + k)] * e9);
           const acc_t e11 = (e10 * v3[(c0 + k)]);
-          const acc_t e16 = (acc_t)(v2[(c0 + k)] == v15[(c0 + k)]);
+          const bool e16 = (v2[(c0 + k)] == v15[(c0 + k)]);
           const acc_t e18 = ((acc_t)1 / v17[(c0 + k)]);
-          const acc_t e19 = (e16 * e18);
+          const acc_t e19 = ((acc_t)e16 * e18);
           const acc_t e20 = (v0[(c0 + k)] * e19);
           acc13[k] += e11;
           acc21[k] += e20;

@@ -208,10 +208,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
             const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
-            acc7[k] += e6;
-            acc17[k] += e16;
+            const bool e6 = (e4 == v5[f]);
+            const bool e16 = (v2[f] == v15[f]);
+            acc7[k] += (acc_t)e6;
+            acc17[k] += (acc_t)e16;
           }
         }
       }
@@ -242,8 +242,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
             const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
-            const acc_t e9 = (e6 * v8[f]);
+            const bool e6 = (e4 == v5[f]);
+            const acc_t e9 = ((acc_t)e6 * v8[f]);
             const acc_t e10 = (v1[f] * e9);
             const acc_t e12 = (e10 * v2[f]);
             acc14[k] += e12;
@@ -323,14 +323,14 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 3) {
             const acc_t e4 = (v2[f] * v3[f]);
-            const acc_t e6 = (acc_t)(e4 == v5[f]);
+            const bool e6 = (e4 == v5[f]);
             const acc_t e8 = ((acc_t)1 / v7[f]);
-            const acc_t e9 = (e6 * e8);
+            const acc_t e9 = ((acc_t)e6 * e8);
             const acc_t e10 = (v1[f] * e9);
             const acc_t e11 = (e10 * v3[f]);
-            const acc_t e16 = (acc_t)(v2[f] == v15[f]);
+            const bool e16 = (v2[f] == v15[f]);
             const acc_t e18 = ((acc_t)1 / v17[f]);
-            const acc_t e19 = (e16 * e18);
+            const acc_t e19 = ((acc_t)e16 * e18);
             const acc_t e20 = (v0[f] * e19);
             acc13[k] += e11;
             acc21[k] += e20;

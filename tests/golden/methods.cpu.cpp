@@ -100,11 +100,16 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 10;
+        acc_t e3[16];
         #pragma omp simd
         for (int k = 0; k < 2; ++k) {
-          acc_t e3 = 0;
-          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
-          acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
+          acc_t r3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) r3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
+          e3[k] = r3;
+        }
+        #pragma omp simd
+        for (int k = 0; k < 2; ++k) {
+          acc4[k] = (e3[k] > acc4[k] || e3[k] != e3[k]) ? e3[k] : acc4[k];
         }
       }
       #pragma omp simd
@@ -128,11 +133,16 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 10;
+        acc_t e3[16];
         #pragma omp simd
         for (int k = 0; k < 2; ++k) {
-          acc_t e3 = 0;
-          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
-          const acc_t e6 = (e3 + v5[(c0 + k)]);
+          acc_t r3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) r3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
+          e3[k] = r3;
+        }
+        #pragma omp simd
+        for (int k = 0; k < 2; ++k) {
+          const acc_t e6 = (e3[k] + v5[(c0 + k)]);
           const acc_t e7 = seastar_exp(e6);
           acc8[k] += e7;
         }
@@ -147,30 +157,40 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
     acc_t v13[10];
-    for (int64_t o0 = 0; o0 < 2; ++o0) {
-      for (int64_t c0 = 0; c0 < 5; c0 += 16) {
-        acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
-          const scalar_t* v0 = b0 + nbr * 10;
-          acc_t s3 = 0;
-          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
-          const acc_t s6 = (s3 + v5[o0]);
-          const acc_t s7 = seastar_exp(s6);
-          const acc_t s10 = (s7 * v9[o0]);
-          #pragma omp simd
-          for (int k = 0; k < 5; ++k) {
-            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v0[o0 * 5 + (c0 + k)])));
-            const acc_t e12 = (s10 * e11);
-            acc13[k] += e12;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 5; ++k) {
-          v13[o0 * 5 + (c0 + k)] = acc13[k];
-        }
+    acc_t acc13[256]; for (int k = 0; k < 10; ++k) acc13[k] = (acc_t)0.0;
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v0 = b0 + nbr * 10;
+      acc_t t10[256];
+      acc_t t3[256];
+      #pragma omp simd
+      for (int64_t o0 = 0; o0 < 2; ++o0) {
+        acc_t s3 = 0;
+        for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
+        t3[o0] = s3;
       }
+      #pragma omp simd
+      for (int64_t o0 = 0; o0 < 2; ++o0) {
+        const acc_t s6 = (t3[o0] + v5[o0]);
+        const acc_t s7 = seastar_exp(s6);
+        const acc_t s10 = (s7 * v9[o0]);
+        t10[o0] = s10;
+      }
+      for (int64_t o0 = 0; o0 < 2; ++o0) {
+      #pragma omp simd
+      for (int64_t k = 0; k < 5; ++k) {
+          const acc_t e11 = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v0[o0 * 5 + k])));
+          const acc_t e12 = (t10[o0] * e11);
+          acc13[o0 * (5) + k] += e12;
+      }
+      }
+    }
+    for (int64_t o0 = 0; o0 < 2; ++o0) {
+    #pragma omp simd
+    for (int64_t k = 0; k < 5; ++k) {
+        v13[o0 * 5 + k] = acc13[o0 * (5) + k];
+    }
     }
     acc_t v14[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
@@ -251,7 +271,7 @@ struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
   const int64_t* graph[8];
-  void* buffers[9];
+  void* buffers[10];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
@@ -271,7 +291,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:37@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -324,15 +345,25 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v15 = b3 + nbr * 10;
+        acc_t e19[16];
         #pragma omp simd
         for (int k = 0; k < 2; ++k) {
-          acc_t e19 = 0;
-          for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
-          const acc_t e22 = (e19 + v21[(c0 + k)]);
+          acc_t r19 = 0;
+          for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) r19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
+          e19[k] = r19;
+        }
+        acc_t e28[16];
+        #pragma omp simd
+        for (int k = 0; k < 2; ++k) {
+          acc_t r28 = 0;
+          for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) r28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[(c0 + k) * 5 + r28_1]))));
+          e28[k] = r28;
+        }
+        #pragma omp simd
+        for (int k = 0; k < 2; ++k) {
+          const acc_t e22 = (e19[k] + v21[(c0 + k)]);
           const acc_t e23 = seastar_exp(e22);
-          acc_t e28 = 0;
-          for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[(c0 + k) * 5 + r28_1]))));
-          const acc_t e36 = (e28 * e23);
+          const acc_t e36 = (e28[k] * e23);
           acc37[k] += e36;
         }
       }
@@ -429,8 +460,11 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
       b7[r * 10 + i0 * 5 + i1] = v49[i0 * 5 + i1];
     }
+    {
+      b8[r * 1 + 0] = v1[0];
+    }
     for (int64_t i0 = 0; i0 < 2; ++i0) {
-      b8[r * 2 + i0] = v37[i0];
+      b9[r * 2 + i0] = v37[i0];
     }
   }
 }
@@ -448,7 +482,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:37@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -469,13 +504,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 5;
-      acc_t v1[1];
-      {
-        acc_t total = 0;
-        for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
-        v1[0] = total;
-      }
+      const acc_t* v1 = b8 + nbr * 1;
       const acc_t* v2 = v1;
       acc_t v4[1];
       {
@@ -491,6 +520,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
         v10[i0 * 5 + i1] = v9[i0];
       }
+      const scalar_t* v0 = b0 + nbr * 5;
       acc_t v11[5];
       for (int64_t i0 = 0; i0 < 5; ++i0) {
         v11[i0] = (v0[i0] * (acc_t)0.5);
@@ -558,7 +588,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      const acc_t* v37 = b8 + nbr * 2;
+      const acc_t* v37 = b9 + nbr * 2;
       acc_t v38[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v38[i0] = (v25[i0] * v25[i0]);
@@ -626,12 +656,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[5] != sizes[1] * 2) return 6;  // saved:8@dst [2, 1]
   if (numels[6] != sizes[0] * 10) return 7;  // gradient:h@src [2, 5]
   if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
-  if (numels[8] != sizes[1] * 2) return 9;  // temp:37@dst [2, 1]
+  if (numels[8] != sizes[1] * 1) return 9;  // temp:1@dst [1]
+  if (numels[9] != sizes[1] * 2) return 10;  // temp:37@dst [2, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
-  for (int k = 0; k < 9; ++k) p.buffers[k] = buffers[k];
+  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
   p.scratch_per_row = 0;

@@ -253,7 +253,7 @@ struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
   const int64_t* graph[8];
-  void* buffers[9];
+  void* buffers[10];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
@@ -273,7 +273,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:37@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -463,8 +464,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t f = lane; f < 10; f += lanes) {
       b7[r * 10 + f] = v49[f];
     }
+    for (int64_t f = lane; f < 1; f += lanes) {
+      b8[r * 1 + f] = v1[f];
+    }
     for (int64_t f = lane; f < 2; f += lanes) {
-      b8[r * 2 + f] = v37[f];
+      b9[r * 2 + f] = v37[f];
     }
     __syncwarp(group_mask);
   }
@@ -483,7 +487,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:37@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:37@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -515,13 +520,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 5;
-      acc_t v1[1];
-      {
-        acc_t total = 0;
-        for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
-        v1[0] = total;
-      }
+      const acc_t* v1 = b8 + nbr * 1;
       const acc_t* v2 = v1;
       acc_t v4[1];
       {
@@ -539,6 +538,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         v10[f] = v9[i0];
       }
       __syncwarp(group_mask);
+      const scalar_t* v0 = b0 + nbr * 5;
       acc_t* __restrict__ v11 = scratch + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 5; f += lanes) {
         v11[f] = (v0[f] * (acc_t)0.5);
@@ -614,7 +614,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      const acc_t* v37 = b8 + nbr * 2;
+      const acc_t* v37 = b9 + nbr * 2;
       acc_t v38[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v38[i0] = (v25[i0] * v25[i0]);
@@ -693,12 +693,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[5] != sizes[1] * 2) return 6;  // saved:8@dst [2, 1]
   if (numels[6] != sizes[0] * 10) return 7;  // gradient:h@src [2, 5]
   if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
-  if (numels[8] != sizes[1] * 2) return 9;  // temp:37@dst [2, 1]
+  if (numels[8] != sizes[1] * 1) return 9;  // temp:1@dst [1]
+  if (numels[9] != sizes[1] * 2) return 10;  // temp:37@dst [2, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
-  for (int k = 0; k < 9; ++k) p.buffers[k] = buffers[k];
+  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
