@@ -588,10 +588,25 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
             return super().forward(x, edge_index, edge_weight)
         programs.check_features("APPNP", x)
         library.require()
-        # per-edge weights (made once per graph): each step stays one fused op
-        graph, weight, inputs, _ = _propagation(self, "APPNP", x, edge_index, edge_weight, False, per_edge=True)
+        # weights that follow from degrees scale the vertices (no edge-sized tensor, no per-edge read
+        # through the edge ids); others are made once per graph, and each step is one fused op
+        per_edge = self.explain or (self.dropout > 0 and self.training)
+        graph, weight, inputs, dinv = _propagation(self, "APPNP", x, edge_index, edge_weight, False, per_edge)
         explained = _explain_factor(self, graph, x.dim(), inputs)
-        return self._steps(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight, explained, graph.listed)
+        tensors = graph.tensors(with_orders=graph.device.type == "cuda")
+        if dinv is not None:
+            return self._scaled_steps(tensors, x, dinv)
+        return self._steps(tensors, x, weight, explained, graph.listed)
+
+    def _scaled_steps(self, graph: List[Tensor], x: Tensor, dinv: Tensor) -> Tensor:
+        """K steps of out = keep * dinv[v] * sum_e dinv[u] * out[u] + alpha * h: the op, then one addcmul."""
+        rows, features, axis = _to_rows(x, self.node_dim)
+        dinv = dinv.to(rows.dtype).unsqueeze(1)
+        kept, teleported = (1 - self.alpha) * dinv, self.alpha * rows
+        out = rows
+        for _ in range(self.K):
+            out = torch.addcmul(teleported, torch.ops.seastar_layers.weighted_sum(graph, out * dinv, None)[0][0], kept)
+        return _from_rows(out, features, axis)
 
     def _steps(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], explained: Optional[Tensor],
                listed: Optional[Tensor]) -> Tensor:
