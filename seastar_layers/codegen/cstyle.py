@@ -334,7 +334,8 @@ class KernelRenderer:
     def render_blocked_loop(self, loop, values: list[int]):
         self.block_shape = self.block_shape_of(loop)
         size = str(size_expr(self.block_shape))
-        layout = self.d.block_layout(self.block_shape, size)
+        per_slot = sum(self.nodes[a].shape == self.block_shape for a in loop.aggs)
+        layout = self.d.block_layout(self.block_shape, size, per_slot, self.dtype)
         if layout.outer_axis is not None and any(
                 not varies_along(self.nodes[a].shape, self.block_shape, layout.outer_axis) for a in loop.aggs):
             layout = layout.fallback  # a whole-row layout would add such an aggregation up once per head
@@ -426,7 +427,8 @@ class KernelRenderer:
         for i in reads:  # buffer rows of this edge; row values are ready already
             self.require(i)
         if layout.prefetch is not None:
-            self.prefetch_ahead(reads, layout.prefetch, len(shape), layout.prefetch_rows)
+            self.prefetch_ahead(reads, layout.prefetch, len(shape), layout.prefetch_rows,
+                                layout.prefetch_span, layout.vector_axis)
         # values constant along the block's features are computed once per edge (where the layout allows)
         names: dict[int, str] = {}
         if layout.block_coords is not None:
@@ -527,7 +529,8 @@ class KernelRenderer:
         for i in for_slots:
             names[i] = f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}]"
 
-    def prefetch_ahead(self, reads: list[int], coords: list[str], out_rank: int, whole_rows: bool):
+    def prefetch_ahead(self, reads: list[int], coords: list[str], out_rank: int, whole_rows: bool,
+                       span: int | None, vector_axis: int):
         """Prefetch this block of the rows (or the whole rows) gathered through the neighbour or
         edge id a few edges ahead. Per-edge values are: edge ids scatter them over the largest
         arrays. A neighbour's value smaller than a cache line is not (N of them stay cached)."""
@@ -544,7 +547,9 @@ class KernelRenderer:
                 self.emit(*self.d.prefetch(row, "j + DISTANCE < end", str(n.size)))
                 continue
             offset = flat_index(n.shape, coords, out_rank) if len(n.shape) <= out_rank else "0"
-            self.emit(*self.d.prefetch(f"{row} + {offset}", "j + DISTANCE < end"))
+            # a block wider than a cache line is fetched whole, where the value runs along the block
+            wide = span is not None and span > 16 and varies_along(n.shape, self.block_shape, vector_axis)
+            self.emit(*self.d.prefetch(f"{row} + {offset}", "j + DISTANCE < end", str(span) if wide else None))
 
     # kernel ------------------------------------------------------------------------------------
     def open_edge_loop(self) -> set[int]:

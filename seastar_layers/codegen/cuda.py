@@ -115,7 +115,7 @@ class CudaDialect(Dialect):
     def sync(self) -> list[str]:
         return ["__syncwarp(group_mask);"]
 
-    def block_layout(self, shape: tuple, size: str) -> BlockLayout:
+    def block_layout(self, shape: tuple, size: str, accumulators: int = 1, dtype: str = "float32") -> BlockLayout:
         # lanes split the flat elements (f = f0 + lane + lanes * k): every value is computed per slot
         # from its operands at the slot's coordinates, so lanes never wait for each other
         coords = []

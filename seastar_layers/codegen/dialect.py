@@ -67,7 +67,8 @@ class BlockLayout:
     values constant along the vector axis are computed once per outer index, into arrays the slots
     read, and where the aggregations of that axis's shape accumulate; slot_open then loops over both
     axes and slot_index is slot k's accumulator; accumulators: how many the row has (a C
-    expression); prefetch_rows: prefetch the whole of each gathered row, not one block of it.
+    expression); prefetch_rows: prefetch the whole of each gathered row, not one block of it;
+    prefetch_span: the elements of a block to prefetch from its first (None: one cache line).
     guard: a C condition under which the layout applies, `fallback` the layout otherwise."""
 
     open: list[str]
@@ -88,6 +89,7 @@ class BlockLayout:
     slot_index: str = "k"
     accumulators: str | None = None
     prefetch_rows: bool = False
+    prefetch_span: int | None = None
     guard: str | None = None
     fallback: BlockLayout | None = None
 
@@ -160,8 +162,9 @@ class Dialect:
         BlockLayout.prefetch ask."""
         return []
 
-    def block_layout(self, shape: tuple, size: str) -> BlockLayout:
-        """The layout of a blocked loop over aggregations of `shape` (`size` elements)."""
+    def block_layout(self, shape: tuple, size: str, accumulators: int = 1, dtype: str = "float32") -> BlockLayout:
+        """The layout of a blocked loop over aggregations of `shape` (`size` elements), with
+        `accumulators` of them per slot, computing in `dtype`'s compute type."""
         raise NotImplementedError
 
     def simd(self) -> list[str]:

@@ -92,14 +92,17 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     (void)begin; (void)end;
     const scalar_t* v3 = b2 + r * 6;
     acc_t v5[6];
-    for (int64_t c0 = 0; c0 < 6; c0 += 16) {
-      acc_t acc5[16]; for (int k = 0; k < 16; ++k) acc5[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 6; c0 += 64) {
+      acc_t acc5[64]; for (int k = 0; k < 64; ++k) acc5[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + eid * 6;
         const scalar_t* v1 = b1 + nbr * 6;
-        if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
+        if (j + 16 < end) {
+          const auto* ahead = b0 + eids[j + 16] * 6 + c0;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
         #pragma omp simd
         for (int k = 0; k < 6; ++k) {
           const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
@@ -209,14 +212,17 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t v6[6];
-    for (int64_t c0 = 0; c0 < 6; c0 += 16) {
-      acc_t acc6[16]; for (int k = 0; k < 16; ++k) acc6[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 6; c0 += 64) {
+      acc_t acc6[64]; for (int k = 0; k < 64; ++k) acc6[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 6;
         const scalar_t* v4 = b2 + eid * 6;
-        if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);
+        if (j + 16 < end) {
+          const auto* ahead = b2 + eids[j + 16] * 6 + c0;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
         #pragma omp simd
         for (int k = 0; k < 6; ++k) {
           const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);

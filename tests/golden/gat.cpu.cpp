@@ -94,8 +94,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 4;
     acc_t v4[4];
-    for (int64_t c0 = 0; c0 < 4; c0 += 16) {
-      acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
+    for (int64_t c0 = 0; c0 < 4; c0 += 64) {
+      acc_t acc4[64]; for (int k = 0; k < 64; ++k) acc4[k] = (-(acc_t)INFINITY);
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -122,8 +122,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       v5[i0] = (-v4[i0]);
     }
     acc_t v8[4];
-    for (int64_t c0 = 0; c0 < 4; c0 += 16) {
-      acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 4; c0 += 64) {
+      acc_t acc8[64]; for (int k = 0; k < 64; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -257,15 +257,18 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       v8[i0] = (-v7[i0]);
     }
     acc_t v19[4];
-    for (int64_t c0 = 0; c0 < 4; c0 += 16) {
-      acc_t acc19[16]; for (int k = 0; k < 16; ++k) acc19[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 4; c0 += 64) {
+      acc_t acc19[64]; for (int k = 0; k < 64; ++k) acc19[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v3 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
-        if (j + 16 < end) __builtin_prefetch(b1 + nbrs[j + 16] * 32 + c0 * 8 + 0);
-        acc_t e15[16];
+        if (j + 16 < end) {
+          const auto* ahead = b1 + nbrs[j + 16] * 32 + c0 * 8 + 0;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
+        acc_t e15[64];
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
           acc_t r15 = 0;
@@ -305,15 +308,18 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       v22[i0] = (-v21[i0]);
     }
     acc_t v32[4];
-    for (int64_t c0 = 0; c0 < 4; c0 += 16) {
-      acc_t acc32[16]; for (int k = 0; k < 16; ++k) acc32[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 4; c0 += 64) {
+      acc_t acc32[64]; for (int k = 0; k < 64; ++k) acc32[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v3 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
-        if (j + 16 < end) __builtin_prefetch(b1 + nbrs[j + 16] * 32 + c0 * 8 + 0);
-        acc_t e15[16];
+        if (j + 16 < end) {
+          const auto* ahead = b1 + nbrs[j + 16] * 32 + c0 * 8 + 0;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
+        acc_t e15[64];
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
           acc_t r15 = 0;

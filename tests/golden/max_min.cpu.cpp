@@ -95,9 +95,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     const scalar_t* v2 = b1 + r * 3;
     acc_t v1[3];
     acc_t v4[3];
-    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
-      acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (-(acc_t)INFINITY);
-      acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (acc_t)INFINITY;
+    for (int64_t c0 = 0; c0 < 3; c0 += 32) {
+      acc_t acc1[32]; for (int k = 0; k < 32; ++k) acc1[k] = (-(acc_t)INFINITY);
+      acc_t acc4[32]; for (int k = 0; k < 32; ++k) acc4[k] = (acc_t)INFINITY;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -201,9 +201,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     const acc_t* v15 = b5 + r * 3;
     acc_t v7[3];
     acc_t v17[3];
-    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
-      acc_t acc7[16]; for (int k = 0; k < 16; ++k) acc7[k] = (acc_t)0.0;
-      acc_t acc17[16]; for (int k = 0; k < 16; ++k) acc17[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 3; c0 += 32) {
+      acc_t acc7[32]; for (int k = 0; k < 32; ++k) acc7[k] = (acc_t)0.0;
+      acc_t acc17[32]; for (int k = 0; k < 32; ++k) acc17[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -229,8 +229,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       v8[i0] = ((acc_t)1 / v7[i0]);
     }
     acc_t v14[3];
-    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
-      acc_t acc14[16]; for (int k = 0; k < 16; ++k) acc14[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 3; c0 += 64) {
+      acc_t acc14[64]; for (int k = 0; k < 64; ++k) acc14[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -285,9 +285,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     const scalar_t* v2 = b2 + r * 3;
     acc_t v13[3];
     acc_t v21[3];
-    for (int64_t c0 = 0; c0 < 3; c0 += 16) {
-      acc_t acc13[16]; for (int k = 0; k < 16; ++k) acc13[k] = (acc_t)0.0;
-      acc_t acc21[16]; for (int k = 0; k < 16; ++k) acc21[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 3; c0 += 32) {
+      acc_t acc13[32]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
+      acc_t acc21[32]; for (int k = 0; k < 32; ++k) acc21[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;

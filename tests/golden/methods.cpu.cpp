@@ -94,13 +94,13 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 10;
     acc_t v4[2];
-    for (int64_t c0 = 0; c0 < 2; c0 += 16) {
-      acc_t acc4[16]; for (int k = 0; k < 16; ++k) acc4[k] = (-(acc_t)INFINITY);
+    for (int64_t c0 = 0; c0 < 2; c0 += 64) {
+      acc_t acc4[64]; for (int k = 0; k < 64; ++k) acc4[k] = (-(acc_t)INFINITY);
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 10;
-        acc_t e3[16];
+        acc_t e3[64];
         #pragma omp simd
         for (int k = 0; k < 2; ++k) {
           acc_t r3 = 0;
@@ -127,13 +127,13 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       v5[i0] = (-v4[i0]);
     }
     acc_t v8[2];
-    for (int64_t c0 = 0; c0 < 2; c0 += 16) {
-      acc_t acc8[16]; for (int k = 0; k < 16; ++k) acc8[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 2; c0 += 64) {
+      acc_t acc8[64]; for (int k = 0; k < 64; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 10;
-        acc_t e3[16];
+        acc_t e3[64];
         #pragma omp simd
         for (int k = 0; k < 2; ++k) {
           acc_t r3 = 0;
@@ -339,20 +339,20 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       v21[i0] = (-v20[i0]);
     }
     acc_t v37[2];
-    for (int64_t c0 = 0; c0 < 2; c0 += 16) {
-      acc_t acc37[16]; for (int k = 0; k < 16; ++k) acc37[k] = (acc_t)0.0;
+    for (int64_t c0 = 0; c0 < 2; c0 += 64) {
+      acc_t acc37[64]; for (int k = 0; k < 64; ++k) acc37[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v15 = b3 + nbr * 10;
-        acc_t e19[16];
+        acc_t e19[64];
         #pragma omp simd
         for (int k = 0; k < 2; ++k) {
           acc_t r19 = 0;
           for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) r19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
           e19[k] = r19;
         }
-        acc_t e28[16];
+        acc_t e28[64];
         #pragma omp simd
         for (int k = 0; k < 2; ++k) {
           acc_t r28 = 0;

@@ -92,15 +92,39 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v3 = scratch + 0;
-    for (int64_t c0 = 0; c0 < s0; c0 += 16) {
-      if (c0 + 16 <= s0) {
-        acc_t acc3[16]; for (int k = 0; k < 16; ++k) acc3[k] = (acc_t)0.0;
+    for (int64_t c0 = 0, step = 64; c0 < s0; c0 += step) {
+      if (c0 + 64 <= s0) { step = 64;
+        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
+          #pragma omp simd
+          for (int k = 0; k < 64; ++k) {
+            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
+            acc3[k] += e2;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 64; ++k) {
+          v3[(c0 + k)] = acc3[k];
+        }
+      } else if (c0 + 16 <= s0) { step = 16;
+        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * s0;
+          const scalar_t* v1 = b1 + nbr * 1;
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
             const acc_t e2 = (v0[(c0 + k)] * v1[0]);
@@ -111,14 +135,17 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
         for (int k = 0; k < 16; ++k) {
           v3[(c0 + k)] = acc3[k];
         }
-      } else {
-        acc_t acc3[16]; for (int k = 0; k < 16; ++k) acc3[k] = (acc_t)0.0;
+      } else { step = (s0) - c0;
+        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
           #pragma omp simd
           for (int k = 0; k < (int)((s0) - c0); ++k) {
             const acc_t e2 = (v0[(c0 + k)] * v1[0]);
@@ -191,14 +218,36 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v1 = scratch + 0;
-    for (int64_t c0 = 0; c0 < s0; c0 += 16) {
-      if (c0 + 16 <= s0) {
-        acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (acc_t)0.0;
+    for (int64_t c0 = 0, step = 64; c0 < s0; c0 += step) {
+      if (c0 + 64 <= s0) { step = 64;
+        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
+          #pragma omp simd
+          for (int k = 0; k < 64; ++k) {
+            acc1[k] += v0[(c0 + k)];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 64; ++k) {
+          v1[(c0 + k)] = acc1[k];
+        }
+      } else if (c0 + 16 <= s0) { step = 16;
+        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v0 = b0 + nbr * s0;
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
             acc1[k] += v0[(c0 + k)];
@@ -208,13 +257,16 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
         for (int k = 0; k < 16; ++k) {
           v1[(c0 + k)] = acc1[k];
         }
-      } else {
-        acc_t acc1[16]; for (int k = 0; k < 16; ++k) acc1[k] = (acc_t)0.0;
+      } else { step = (s0) - c0;
+        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
           #pragma omp simd
           for (int k = 0; k < (int)((s0) - c0); ++k) {
             acc1[k] += v0[(c0 + k)];
