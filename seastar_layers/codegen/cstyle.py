@@ -485,49 +485,38 @@ class KernelRenderer:
         self.depth -= bool(layout.variants[0][0])
 
     def render_per_head(self, per_block: list[int], once: list[int], for_slots: list[int], layout, names: dict):
-        """A whole-row layout's loop over the outer axis in an edge: the values constant along the
+        """A whole-row layout's loops over the outer axis in an edge: the values constant along the
         slots' axis, per outer index, stored for the slots that read them; the aggregations of the
         outer axis's shape accumulate here."""
-        rank = len(self.block_shape)
         # what does not vary along the heads either (a per-edge scalar) once per edge, before them
         for i in [i for i in once if not varies_along(self.nodes[i].shape, self.block_shape, layout.outer_axis)]:
             self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
             names[i] = f"s{i}"
-        once = [i for i in once if i not in names]
-        for_slots = [i for i in for_slots if i not in names]
-        for i in for_slots:
+        head = {i: flat_index(self.nodes[i].shape, layout.block_coords, len(self.block_shape))
+                for i in once + per_block}
+        reductions = [i for i in once if i not in names and self.d.split_reductions
+                      and self.nodes[i].op.kind == Kind.REDUCE]
+        rest = [i for i in once if i not in names and i not in reductions]
+        # read after the loop computing them: what the slots read, and the reductions the rest reads
+        stored = [i for i in for_slots if i not in names] + [i for i in reductions if i not in for_slots]
+        for i in stored:
             self.emit(f"acc_t t{i}[{layout.slots}];")
-        reductions = [i for i in once if self.d.split_reductions and self.nodes[i].op.kind == Kind.REDUCE]
-        if reductions:  # in a loop of their own, so that the loop computing the rest vectorises
-            for i in reductions:
-                if i not in for_slots:
-                    self.emit(f"acc_t t{i}[{layout.slots}];")
+        # reductions in a loop of their own, so that the loop computing the rest vectorises
+        for values, updates in ((reductions, []), (rest, per_block)):
+            if not values and not updates:
+                continue
             self.emit(*layout.outer_open)
             self.depth += 1
-            for i in reductions:
-                self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
-                self.emit(f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}] = s{i};")
-            self.depth -= 1
-            self.emit(*layout.outer_close)
-            for i in reductions:
-                names[i] = f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}]"
-        self.emit(*layout.outer_open)
-        self.depth += 1
-        for i in once:
-            if i not in reductions:
+            for i in values:
                 self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
                 names[i] = f"s{i}"
-        for a in per_block:
-            x = self.block_operand(self.nodes[a].args[0], layout.block_coords, None, names)
-            index = flat_index(self.nodes[a].shape, layout.block_coords, len(self.block_shape))
-            self.emit(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{index}]", x=x))
-        for i in for_slots:
-            if i not in reductions:
-                self.emit(f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}] = s{i};")
-        self.depth -= 1
-        self.emit(*layout.outer_close)
-        for i in for_slots:
-            names[i] = f"t{i}[{flat_index(self.nodes[i].shape, layout.block_coords, rank)}]"
+            for a in updates:
+                x = self.block_operand(self.nodes[a].args[0], layout.block_coords, None, names)
+                self.emit(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{head[a]}]", x=x))
+            self.emit(*(f"t{i}[{head[i]}] = s{i};" for i in values if i in stored))
+            self.depth -= 1
+            self.emit(*layout.outer_close)
+            names.update({i: f"t{i}[{head[i]}]" for i in values if i in stored})
 
     def prefetch_ahead(self, reads: list[int], coords: list[str], out_rank: int, whole_rows: bool,
                        span: int | None, vector_axis: int):
@@ -538,8 +527,7 @@ class KernelRenderer:
             n = self.nodes[i]
             ids = {self.k.nbr_space: "nbrs", Space.EDGE: "eids"}.get(n.space)
             small = isinstance(n.size, int) and n.size < 16
-            if not self.k.reads_buffer(i, n) or n.op.kind == Kind.AGGREGATION or ids is None \
-                    or (ids == "nbrs" and small):
+            if (n.op is not Op.INPUT and i not in self.k.buffered) or ids is None or (ids == "nbrs" and small):
                 continue
             base = f"b{self.buffer_index[self.s.reads[i]]}"
             row = f"{base} + {ids}[j + DISTANCE] * {n.size}"

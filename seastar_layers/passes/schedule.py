@@ -117,13 +117,12 @@ def _evaluated(nodes, kernel_of: dict[int, int], roots: list[int], k: int) -> se
     return seen
 
 
-def _materialise_neighbour_reductions(nodes, kernel_of: dict[int, int], writes: dict[int, list],
+def _materialise_neighbour_reductions(nodes, kernel_of: dict[int, int], writes: dict[int, list], n_kernels: int,
                                       kernel_for_output) -> dict[int, int]:
     """Reductions over features of the neighbour's row that a kernel evaluates per edge, where an
     earlier kernel sweeping those rows can compute them once per row: {value: that kernel}. The
     consumer then reads a few values per edge instead of the rows reduced (GAT's backward over
     source rows reads sum(g * out) per destination: H values instead of two H x C rows)."""
-    n_kernels = max(list(kernel_of.values()) + list(writes) + [0]) + 1
     chosen: dict[int, int] = {}
     for k in range(n_kernels):
         neighbours = Space.DST if k % 2 else Space.SRC  # the rows at the other end of kernel k's edges
@@ -175,14 +174,14 @@ def schedule(prog: Program) -> Schedule:
             continue
         writes.setdefault(kernel_for_output(i, buf.rows), []).append((key, i, buf.rows))
 
-    materialised = _materialise_neighbour_reductions(nodes, kernel_of, writes, kernel_for_output)
+    n_kernels = max(list(kernel_of.values()) + list(writes) + [0]) + 1
+    # written by a kernel before the one that reads them: the kernel count stays
+    materialised = _materialise_neighbour_reductions(nodes, kernel_of, writes, n_kernels, kernel_for_output)
     for i, p in materialised.items():
         buf = Buffer(BufferKey(Role.TEMP, str(i), nodes[i].space), nodes[i].shape)
         buffers.append(buf)
         writes.setdefault(p, []).append((buf.key, i, buf.rows))
         reads[i] = buf.key
-
-    n_kernels = max(list(kernel_of.values()) + list(writes) + [0]) + 1
     kernels = [Kernel(Space.DST if k % 2 == 0 else Space.SRC) for k in range(n_kernels)]
     for i, k in kernel_of.items():
         kernels[k].aggs.add(i)
