@@ -204,21 +204,23 @@ class GraphConv(_DGLGraphConv):
         if edge_weight is not None and edge_weight.shape[0] != g.num_edges:
             raise ValueError(f"'edge_weight' must have one value per edge ({g.num_edges}), "
                              f"got shape {tuple(edge_weight.shape)}")
-        if self._norm in ("left", "both"):
-            feat_src = feat_src * _cached_norm(g, True, feat_src, self._norm)
         if weight is not None:
             if self.weight is not None:
                 raise dgl.DGLError("External weight is provided while at the same time the module has defined its "
                                    "own weight parameter. Please create the module with flag weight=False.")
         else:
             weight = self.weight
-
-        if self._in_feats > self._out_feats:  # multiply first when that makes the messages narrower, as DGL
-            rst = _weighted_sum(g, torch.matmul(feat_src, weight) if weight is not None else feat_src, edge_weight)
-        else:
-            rst = _weighted_sum(g, feat_src, edge_weight)
-            if weight is not None:
-                rst = torch.matmul(rst, weight)
+        # multiply first when that makes the messages narrower, as DGL; the source norm, a per-row
+        # scale, then goes on the narrow rows after the product (DGL scales the wide input: a pass
+        # over it forward and another backward)
+        project_first = self._in_feats > self._out_feats and weight is not None
+        if project_first:
+            feat_src = torch.matmul(feat_src, weight)
+        if self._norm in ("left", "both"):
+            feat_src = feat_src * _cached_norm(g, True, feat_src, self._norm)
+        rst = _weighted_sum(g, feat_src, edge_weight)
+        if weight is not None and not project_first:
+            rst = torch.matmul(rst, weight)
         if self._norm in ("right", "both"):
             rst = rst * _cached_norm(g, False, feat_dst, self._norm)
         if self.bias is not None:

@@ -200,6 +200,32 @@ def test_edits_that_bypass_the_version_counter_are_seen():
             torch.testing.assert_close(ours(x.float(), edge_index), ref(x.float(), edge_index), atol=1e-5, rtol=1e-5)
 
 
+def test_fingerprint_sees_every_single_index_edit():
+    """The graph cache's stamp of an edge_index (graph.py: _fingerprint), on arrays of several
+    blocks: changing one index anywhere, by any amount, changes it, and so does swapping two."""
+    from seastar_layers.graph import _fingerprint, _hash_buffer
+
+    assert _hash_buffer() is not None  # the extension's hash, which the layers use on the CPU
+    gen = torch.Generator().manual_seed(0)
+    for dtype in (torch.int64, torch.int32):
+        edge_index = torch.randint(0, 1000, (2, 9001), generator=gen, dtype=dtype)
+        base = _fingerprint(edge_index)
+        assert _fingerprint(edge_index.clone()) == base
+        deltas = (1, -1, 999, 1 << 30) + ((1 << 32, 1 << 40) if dtype == torch.int64 else ())
+        for position in torch.randint(0, edge_index.numel(), (40,), generator=gen).tolist():
+            for delta in deltas:
+                edited = edge_index.clone()
+                edited.view(-1)[position] += delta
+                assert _fingerprint(edited) != base, (dtype, position, delta)
+        swapped = edge_index.clone()
+        swapped[:, [10, 8000]] = swapped[:, [8000, 10]]
+        assert not torch.equal(swapped, edge_index) and _fingerprint(swapped) != base
+        assert _fingerprint(edge_index[:, 1:]) != _fingerprint(edge_index[:, :-1])  # non-contiguous rows
+    # bytes that are not whole 32-bit words, read from an address that is not word-aligned
+    data = torch.randint(0, 256, (20003,), generator=gen, dtype=torch.uint8)
+    assert _fingerprint(data[1:]) == _fingerprint(data[1:].clone()) != _fingerprint(data[:-1])
+
+
 def test_dgl_edge_edits_that_keep_the_counts_are_seen():
     import seastar_layers.dgl as sd
 
