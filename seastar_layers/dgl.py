@@ -16,6 +16,8 @@ import torch
 from .compat import import_dgl
 from .graph import Graph, as_graph
 from .nn import programs
+from .runtime import library
+from .runtime.executor import COMPUTE_DTYPE
 
 dgl = import_dgl()
 from dgl.nn.pytorch import APPNPConv as _DGLAPPNPConv  # noqa: E402
@@ -84,6 +86,7 @@ class GATConv(_DGLGATConv):
 
     def forward(self, graph, feat, edge_weight=None, get_attention=False):
         programs.check_features("dgl.GATConv", feat)
+        library.require()
         converted = _converted(graph)
         _check_in_degrees(self, converted)
         g = converted.graph
@@ -109,19 +112,24 @@ class GATConv(_DGLGATConv):
         er = (feat_dst * self.attn_r).sum(dim=-1, keepdim=True)
         # (N, *, H, .) features: every (*, head) pair attends on its own, so * folds into the heads
         heads = math.prod(src_prefix[1:]) * H
-        feats = {"a_src": el.reshape(-1, heads, 1), "a_dst": er.reshape(-1, heads, 1),
-                 "x": feat_src.reshape(-1, heads, F)}
+        # one dtype for the kernel: under autocast the scores come out float32 beside half features
+        dtype, compute = feat_src.dtype, COMPUTE_DTYPE[feat_src.dtype]
+        a_src = el.reshape(-1, heads, 1).to(dtype).contiguous()
+        a_dst = er.reshape(-1, heads, 1).to(dtype).contiguous()
+        mask = None
+        if edge_weight is not None:
+            mask = edge_weight.reshape(g.num_edges, 1, 1).to(dtype).expand(g.num_edges, heads, 1).contiguous()
         # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha.
         # Its attention dropout (p=1 drops it all) is drawn in the kernel: no edges x heads mask
         keep = 1 - self.attn_drop.p if self.training and self.attn_drop.p > 0 else None
-        if edge_weight is not None:
-            weight = edge_weight.reshape(g.num_edges, 1, 1).to(el.dtype)
-            feats["mask"] = weight.expand(g.num_edges, heads, 1).contiguous()
-        slope = el.new_tensor(self.leaky_relu.negative_slope)
-        # one dtype for the kernel: under autocast the scores come out float32 beside half features
-        result = programs.GAT_ATTENTION(g, slope=slope, with_attention=bool(get_attention),
-                                        keep=None if keep is None else el.new_tensor(keep),
-                                        **{name: t.to(feat_src.dtype) for name, t in feats.items()})
+        keep_t = seed = None
+        if keep is not None:
+            keep_t = torch.full((), keep, dtype=compute, device=el.device)
+            seed = library.draw_seed(el.device)
+        slope = torch.full((), self.leaky_relu.negative_slope, dtype=compute, device=el.device)
+        result = torch.ops.seastar_layers.gat_attention(
+            _tensors(g), a_src, feat_src.reshape(-1, heads, F).contiguous(), slope, a_dst, None, mask, keep_t, seed,
+            bool(get_attention))[0]
         if keep is not None:
             result = [r * programs.kept_scale(keep) for r in result]
         rst = result[0].view(*dst_prefix, H, F)
@@ -174,7 +182,13 @@ def _edge_weight_norm(g: Graph, edge_weight: torch.Tensor) -> torch.Tensor:
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """(N, *) features as (N, F): with one scalar per edge, every feature axis is one more channel,
     so the prebuilt kernels serve every feature shape."""
-    return x.reshape(x.size(0), math.prod(x.shape[1:]))
+    return x.reshape(x.size(0), math.prod(x.shape[1:])).contiguous()
+
+
+def _tensors(g: Graph) -> list[torch.Tensor]:
+    """The graph as the ops take it (torch.ops.seastar_layers.*, called directly: a layer call on a
+    small block costs little more than its kernel)."""
+    return g.tensors(with_orders=g.device.type == "cuda")
 
 
 def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch.Tensor:
@@ -182,10 +196,8 @@ def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch
     if edge_weight is not None and edge_weight.numel() != g.num_edges:
         # weights of other shapes than the prebuilt kernels': the same program, compiled for them
         return programs.weighted_sum(True, declared=False)(g, x=x, w=edge_weight.to(x.dtype))
-    feats = {"x": _rows(x)}
-    if edge_weight is not None:
-        feats["w"] = edge_weight.reshape(g.num_edges).to(x.dtype)
-    return programs.WEIGHTED_SUM(g, **feats)[0].view(g.num_dst, *x.shape[1:])
+    w = None if edge_weight is None else edge_weight.reshape(g.num_edges).to(x.dtype).contiguous()
+    return torch.ops.seastar_layers.weighted_sum(_tensors(g), _rows(x), w)[0][0].view(g.num_dst, *x.shape[1:])
 
 
 class GraphConv(_DGLGraphConv):
@@ -194,6 +206,7 @@ class GraphConv(_DGLGraphConv):
 
     def forward(self, graph, feat, weight=None, edge_weight=None):
         programs.check_features("dgl.GraphConv", feat)
+        library.require()
         converted = _converted(graph)
         _check_in_degrees(self, converted)
         g = converted.graph
@@ -236,29 +249,32 @@ class APPNPConv(_DGLAPPNPConv):
 
     def forward(self, graph, feat, edge_weight=None):
         programs.check_features("dgl.APPNPConv", feat)
+        library.require()
         g = _converted(graph).graph
         if g.num_src != g.num_dst:  # DGL's own layer fails on blocks with an AssertionError
             raise dgl.DGLError(f"APPNPConv propagates K steps over one set of vertices, but the graph has {g.num_src} "
                                f"source and {g.num_dst} destination vertices (a block or bipartite graph); "
                                "pass a homogeneous graph")
-        alpha = feat.new_tensor(self._alpha)
+        graph_tensors = _tensors(g)
         feat_0 = h = _rows(feat)
         if edge_weight is None:
+            alpha = feat.new_tensor(self._alpha)
             src_norm = _cached_norm(g, True, feat, "both").view(-1, 1)
             # (1 - alpha) * (sum * dst_norm) + alpha * h_0: dst_norm folded into the teleport split, once
             kept = (1 - alpha) * _cached_norm(g, False, feat, "both").view(-1, 1)
             teleported = alpha * feat_0
         else:
             edge_weight = _edge_weight_norm(g, edge_weight)
+            alpha = torch.full((), self._alpha, dtype=COMPUTE_DTYPE[feat.dtype], device=feat.device)
         for _ in range(self._k):
             w = edge_weight
             if self.training and self.edge_drop.p > 0:
                 w = self.edge_drop(feat.new_ones(g.num_edges, 1) if w is None else w)
-            feats = {"x": h * src_norm if edge_weight is None else h}
             if w is not None:
-                feats["w"] = w.reshape(g.num_edges).to(feat.dtype)
+                w = w.reshape(g.num_edges).to(feat.dtype).contiguous()
             if edge_weight is None:
-                h = torch.addcmul(teleported, programs.WEIGHTED_SUM(g, **feats)[0], kept)
+                total = torch.ops.seastar_layers.weighted_sum(graph_tensors, h * src_norm, w)[0][0]
+                h = torch.addcmul(teleported, total, kept)
             else:
-                h = programs.APPNP_STEP(g, h=feat_0, alpha=alpha, keep=1 - alpha, **feats)[0]
+                h = torch.ops.seastar_layers.appnp_step(graph_tensors, h, feat_0, alpha, 1 - alpha, w)[0][0]
         return h.view(feat.shape)

@@ -170,6 +170,38 @@ def test_entry_point_refuses_bad_graphs(graph, words):
         assert word in str(info.value), str(info.value)
 
 
+def test_a_checked_graph_is_checked_again_after_an_edit():
+    """The ops check a graph's arrays once while they stay as checked (csrc/seastar_ops.h:
+    CheckedGraphs); an in-place edit bumps an array's version and the next call checks it again,
+    forward and backward alike, however many graphs were checked in between."""
+    arrays = [t.clone() for t in GRAPH.tensors()]
+    x = torch.randn(N, 3, requires_grad=True)
+    OPS.weighted_sum(arrays, x)[0][0].sum().backward()
+    others = [sl.Graph.from_edge_index(random_graph(N, N, 20, seed=k), N).tensors() for k in range(40)]
+    for graph in others:
+        OPS.weighted_sum(graph, x)
+    arrays[1][0] = N
+    with pytest.raises(ValueError, match=r"graph\[1\] \(in_src\) holds 9 at position 0, outside \[0, 9\)"):
+        OPS.weighted_sum(arrays, x)
+    _, saved = OPS.weighted_sum(GRAPH.tensors(), x.detach())
+    with pytest.raises(ValueError, match=r"graph\[1\] \(in_src\)"):
+        OPS.weighted_sum_backward(arrays, x.detach(), None, saved, [torch.ones(N, 3)])
+    arrays[1][0] = 0
+    OPS.weighted_sum(arrays, x)  # checked again, and in range
+
+
+def test_inference_graphs_are_checked_on_every_call():
+    """Inference tensors have no version counter, so an edit inside inference mode is invisible
+    to it: graphs made of them are checked on every call."""
+    with torch.inference_mode():
+        arrays = [t.clone() for t in GRAPH.tensors()]
+        x = torch.randn(N, 3)
+        OPS.weighted_sum(arrays, x)
+        arrays[4][2] = N + 5
+        with pytest.raises(ValueError, match=r"graph\[4\] \(out_dst\) holds 14 at position 2"):
+            OPS.weighted_sum(arrays, x)
+
+
 def test_unlisted_edges_are_absent_and_get_zero_gradients():
     """A graph may hold edges in no row (the layers drop self-loops this way, with static sizes):
     the result is the graph without them, and their per-edge gradients are zero."""
