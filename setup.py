@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent
 GENERATED = ROOT / "csrc" / "generated"
 PROGRAMS_PER_FILE = 12
 REGISTRATION = "registration.cpp"  # the ops' entry points: the one generated file that includes torch headers
+HAND_WRITTEN = ["csrc/module.cpp", "csrc/graph_ops.cpp"]  # beside the generated sources
+TORCH_SOURCES = (REGISTRATION, "graph_ops.cpp")  # the sources that include torch headers
 version = re.search(r'__version__ = "([^"]+)"', (ROOT / "seastar_layers" / "__init__.py").read_text()).group(1)
 
 
@@ -90,7 +92,7 @@ class BuildLayers(build_ext):
         for ext in self.extensions:
             if ext.name == "seastar_layers._C":
                 self.entry_flags = configure(ext, with_cuda)
-                ext.sources = ["csrc/module.cpp"] + generate_sources(["cpu", "cuda"] if with_cuda else ["cpu"])
+                ext.sources = HAND_WRITTEN + generate_sources(["cpu", "cuda"] if with_cuda else ["cpu"])
         super().run()
         from seastar_layers.runtime import prebuilt
 
@@ -104,7 +106,7 @@ class BuildLayers(build_ext):
         def compile_source(src, output_dir=None, *args, extra_postargs=(), **kwargs):
             if src.endswith(".cu"):
                 return [compile_cuda(src, output_dir or "", self.force)]
-            if Path(src).name == REGISTRATION:
+            if Path(src).name in TORCH_SOURCES:
                 extra_postargs = [*extra_postargs, *self.entry_flags]
             return compile_one([src], output_dir, *args, extra_postargs=extra_postargs, **kwargs)
 
@@ -121,9 +123,8 @@ class BuildLayers(build_ext):
 
 
 def configure(ext: Extension, with_cuda: bool) -> list[str]:
-    """Include paths and libraries (torch's, and CUDA's with_cuda); returns the flags of the one
-    file that includes torch headers, the registration file: as torch's own extensions (C++20,
-    torch's C++ ABI)."""
+    """Include paths and libraries (torch's, and CUDA's with_cuda); returns the flags of the files
+    that include torch headers (TORCH_SOURCES): as torch's own extensions (C++20, torch's C++ ABI)."""
     import torch
     from torch.utils import cpp_extension
 
@@ -163,7 +164,7 @@ from seastar_layers.runtime.toolchain import prebuilt_cxx_flags  # noqa: E402
 
 layers = Extension(
     "seastar_layers._C",
-    sources=["csrc/module.cpp"],  # the generated sources are added by BuildLayers
+    sources=HAND_WRITTEN,  # the generated sources are added by BuildLayers
     depends=["csrc/seastar_ops.h"],
     extra_compile_args=prebuilt_cxx_flags(),
     extra_link_args=["-fopenmp"],

@@ -129,7 +129,7 @@ class Graph:
                 if idx.numel() and int(idx.max()) >= n:
                     raise ValueError(f"Found {name} indices in 'edge_index' that are larger than {n - 1} (got "
                                      f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
-        graph = cls._from_checked(csr_layouts(src, dst, num_src, num_dst, listed), num_src, num_dst)
+        graph = cls._from_checked(_built_layouts(src, dst, num_src, num_dst, listed), num_src, num_dst)
         graph.listed = listed
         return graph
 
@@ -202,6 +202,15 @@ def csr_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Op
     in_indptr, in_eid = _csr(dst, num_dst, listed)
     out_indptr, out_eid = _csr(src, num_src, listed)
     return [in_indptr, src[in_eid], in_eid, out_indptr, dst[out_eid], out_eid]
+
+
+def _built_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Optional[Tensor]) -> list[Tensor]:
+    """csr_layouts; in eager mode on the CPU by the extension's stable counting sort
+    (csrc/graph_ops.cpp): the same arrays, one pass per layout, no edge-sized temporaries."""
+    if src.device.type == "cpu" and not torch.compiler.is_compiling() and _extension() is not None:
+        return list(torch.ops.seastar_layers.csr_layouts(src.contiguous(), dst.contiguous(), num_src, num_dst,
+                                                         None if listed is None else listed.contiguous()))
+    return csr_layouts(src, dst, num_src, num_dst, listed)
 
 
 def graph_tensors(src: Tensor, dst: Tensor, num_src: int, num_dst: int,
@@ -300,15 +309,15 @@ def _odd_weights(n: int, seed: int) -> torch.Tensor:
 
 
 @functools.lru_cache(maxsize=1)
-def _hash_buffer():
-    """The extension's fingerprint(buffer) (csrc/module.cpp), None where the extension is not loaded."""
+def _extension():
+    """seastar_layers._C where it is loaded (it defines the ops), else None."""
     from .runtime import prebuilt
 
     if prebuilt.load_extension() is not None:
         return None
     from . import _C
 
-    return _C.fingerprint
+    return _C
 
 
 def _fingerprint(t: torch.Tensor) -> int:
@@ -323,8 +332,8 @@ def _fingerprint(t: torch.Tensor) -> int:
                  torch.sparse_csr: lambda: [t.crow_indices(), t.col_indices()],
                  torch.sparse_csc: lambda: [t.ccol_indices(), t.row_indices()]}[t.layout]()
         return hash(tuple(_fingerprint(p) for p in parts))
-    if t.device.type == "cpu" and _hash_buffer() is not None:
-        return _hash_buffer()(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy())
+    if t.device.type == "cpu" and _extension() is not None:
+        return _extension().fingerprint(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy())
     if t.device.type == "cpu" and t.numel() <= _FINGERPRINT_BLOCK:
         return hash(t.contiguous().numpy().tobytes())  # exactly the bytes: cheaper than the products below
     flat = t.reshape(-1)

@@ -203,9 +203,9 @@ def test_edits_that_bypass_the_version_counter_are_seen():
 def test_fingerprint_sees_every_single_index_edit():
     """The graph cache's stamp of an edge_index (graph.py: _fingerprint), on arrays of several
     blocks: changing one index anywhere, by any amount, changes it, and so does swapping two."""
-    from seastar_layers.graph import _fingerprint, _hash_buffer
+    from seastar_layers.graph import _extension, _fingerprint
 
-    assert _hash_buffer() is not None  # the extension's hash, which the layers use on the CPU
+    assert _extension() is not None  # the extension's hash, which the layers use on the CPU
     gen = torch.Generator().manual_seed(0)
     for dtype in (torch.int64, torch.int32):
         edge_index = torch.randint(0, 1000, (2, 9001), generator=gen, dtype=dtype)

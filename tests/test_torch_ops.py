@@ -109,6 +109,40 @@ def test_opcheck(family, options, features):
                           tuple(op_args(family, options, tensors) + [saved, grads]))
 
 
+@pytest.mark.parametrize("num_src,num_dst,edges,with_listed", [
+    (N, N, 30, False), (N, N, 30, True), (7, 4, 50, True), (5, 3, 0, False), (0, 6, 0, True), (1, 1, 9, True),
+], ids=["square", "listed", "bipartite", "no edges", "no sources", "one vertex"])
+def test_csr_layouts_op_builds_what_torch_builds(num_src, num_dst, edges, with_listed):
+    """seastar_layers::csr_layouts (the extension's counting sort, which Graph.from_edges uses in
+    eager mode on the CPU) gives graph.csr_layouts' arrays, element for element: rows in edge order,
+    edges not listed after every row; and passes opcheck."""
+    gen = torch.Generator().manual_seed(num_src * 100 + edges)
+    src = torch.randint(0, max(num_src, 1), (edges,), generator=gen)
+    dst = torch.randint(0, max(num_dst, 1), (edges,), generator=gen)
+    listed = torch.rand(edges, generator=gen) < 0.7 if with_listed else None
+    ours = OPS.csr_layouts(src, dst, num_src, num_dst, listed)
+    for k, (got, want) in enumerate(zip(ours, csr_layouts(src, dst, num_src, num_dst, listed), strict=True)):
+        assert torch.equal(got, want), (k, got, want)
+    torch.library.opcheck(OPS.csr_layouts, (src, dst, num_src, num_dst, listed))
+    built = sl.Graph.from_edges(src, dst, num_src, num_dst, listed)
+    assert all(torch.equal(a, b) for a, b in zip(built.tensors(), ours))
+
+
+@pytest.mark.parametrize("args,error,words", [
+    ((torch.tensor([0, 9]), torch.tensor([1, 2]), N, N), ValueError, ["'src' holds 9 at edge 1", "outside [0, 9)"]),
+    ((torch.tensor([0, 1]), torch.tensor([-1, 2]), N, N), ValueError, ["'dst' holds -1 at edge 0"]),
+    ((torch.tensor([0, 1]), torch.tensor([1]), N, N), ValueError, ["same number of edges", "2 and 1"]),
+    ((torch.tensor([0, 1]).int(), torch.tensor([1, 2]), N, N), TypeError, ["'src' must hold int64 indices"]),
+    ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, N, torch.ones(2)), TypeError, ["'listed' must be a bool"]),
+    ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, -1), ValueError, ["must be >= 0"]),
+], ids=["source", "negative", "lengths", "int32", "listed dtype", "size"])
+def test_csr_layouts_op_refuses_bad_edges(args, error, words):
+    with pytest.raises(error) as info:
+        OPS.csr_layouts(*args)
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
 def gat_args(**overrides):
     gen = torch.Generator().manual_seed(0)
     args = {"a_src": torch.randn(N, 2, 1, generator=gen), "x": torch.randn(N, 2, 5, generator=gen),

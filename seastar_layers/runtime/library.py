@@ -197,5 +197,13 @@ def _jit_backward(family, graph, *args):
     return [gradients.get(name, torch.zeros_like(t)) for name, t in tensors.items()]
 
 
+def _fake_csr_layouts(src, dst, num_src, num_dst, listed=None):
+    edges = src.numel()
+    return [src.new_empty(num_dst + 1), src.new_empty(edges), src.new_empty(edges), src.new_empty(num_src + 1),
+            src.new_empty(edges), src.new_empty(edges)]
+
+
 # Loading the extension defines the ops; why it was not loaded, if it was not
 _UNAVAILABLE = prebuilt.load_extension()
+if _UNAVAILABLE is None:  # the graph builder (csrc/graph_ops.cpp); the layers' ops register through register()
+    torch.library.register_fake(f"{NAMESPACE}::csr_layouts")(_fake_csr_layouts)

@@ -1,0 +1,95 @@
+// seastar_layers::csr_layouts: both CSR layouts of an edge list, by a stable counting sort, the one
+// op of seastar_layers._C written by hand (the layers' ops are generated: registration.cpp).
+//
+// graph.py builds a graph's layouts in eager mode on the CPU with it; traced and scripted models,
+// and GPUs, build them with torch ops (graph.csr_layouts: a stable argsort, then searchsorted),
+// which give the same arrays. The counting sort reads each edge twice per layout and allocates only
+// its results: on 14.3M edges the argsort took seconds and several edge-sized temporaries.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+namespace seastar {
+namespace {
+
+// Indices of `name` outside [0, bound) raise, naming the first.
+void check_indices(const at::Tensor& t, const char* name, int64_t bound) {
+  const int64_t* p = t.data_ptr<int64_t>();
+  const auto span = static_cast<uint64_t>(bound);
+  const int64_t bad = std::find_if(p, p + t.numel(), [&](int64_t v) { return static_cast<uint64_t>(v) >= span; }) - p;
+  TORCH_CHECK_VALUE(bad == t.numel(), "seastar_layers::csr_layouts: '", name, "' holds ", bad < t.numel() ? p[bad] : 0,
+                    " at edge ", bad, ", outside [0, ", bound, ")");
+}
+
+// One layout: row r holds the edges k with keys[k] == r, in edge order, each as (others[k], k);
+// edges not listed follow every row, in edge order, in no row.
+void fill_layout(const int64_t* keys, const int64_t* others, const bool* listed, int64_t num_edges, int64_t rows,
+                 int64_t* indptr, int64_t* neighbours, int64_t* eids) {
+  std::fill(indptr, indptr + rows + 1, int64_t{0});
+  for (int64_t k = 0; k < num_edges; ++k)
+    if (listed == nullptr || listed[k]) ++indptr[keys[k] + 1];
+  for (int64_t r = 0; r < rows; ++r) indptr[r + 1] += indptr[r];
+  std::vector<int64_t> next(indptr, indptr + rows);
+  int64_t unlisted = indptr[rows];
+  for (int64_t k = 0; k < num_edges; ++k) {
+    const int64_t slot = (listed == nullptr || listed[k]) ? next[keys[k]]++ : unlisted++;
+    neighbours[slot] = others[k];
+    eids[slot] = k;
+  }
+}
+
+std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst, int64_t num_src, int64_t num_dst,
+                                    const std::optional<at::Tensor>& listed) {
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"src", src}, {"dst", dst}}) {
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "seastar_layers::csr_layouts: '", name,
+                     "' must hold int64 indices, got ", t.scalar_type());
+    TORCH_CHECK_VALUE(t.dim() == 1 && t.is_contiguous(), "seastar_layers::csr_layouts: '", name,
+                      "' must be a contiguous 1-d tensor, got shape ", t.sizes());
+  }
+  TORCH_CHECK_VALUE(src.numel() == dst.numel(), "seastar_layers::csr_layouts: 'src' and 'dst' must list the same "
+                    "number of edges, got ", src.numel(), " and ", dst.numel());
+  TORCH_CHECK_VALUE(num_src >= 0 && num_dst >= 0, "seastar_layers::csr_layouts: 'num_src' and 'num_dst' must be "
+                    ">= 0, got ", num_src, " and ", num_dst);
+  const bool* marks = nullptr;
+  if (listed.has_value()) {
+    TORCH_CHECK_TYPE(listed->scalar_type() == at::kBool, "seastar_layers::csr_layouts: 'listed' must be a bool "
+                     "tensor, got ", listed->scalar_type());
+    TORCH_CHECK_VALUE(listed->dim() == 1 && listed->is_contiguous() && listed->numel() == src.numel(),
+                      "seastar_layers::csr_layouts: 'listed' must be a contiguous 1-d tensor with one entry per "
+                      "edge (", src.numel(), "), got shape ", listed->sizes());
+    marks = listed->data_ptr<bool>();
+  }
+  check_indices(src, "src", num_src);
+  check_indices(dst, "dst", num_dst);
+  const int64_t num_edges = src.numel();
+  const auto options = src.options();
+  std::vector<at::Tensor> out = {at::empty({num_dst + 1}, options), at::empty({num_edges}, options),
+                                 at::empty({num_edges}, options), at::empty({num_src + 1}, options),
+                                 at::empty({num_edges}, options), at::empty({num_edges}, options)};
+  // the two layouts are independent: one thread each
+  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t layout = begin; layout < end; ++layout) {
+      const bool in = layout == 0;  // the in-layout: rows are destinations, neighbours sources
+      const at::Tensor &keys = in ? dst : src, &others = in ? src : dst;
+      fill_layout(keys.data_ptr<int64_t>(), others.data_ptr<int64_t>(), marks, num_edges, in ? num_dst : num_src,
+                  out[3 * layout].data_ptr<int64_t>(), out[3 * layout + 1].data_ptr<int64_t>(),
+                  out[3 * layout + 2].data_ptr<int64_t>());
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(seastar_layers, m) {
+  m.def("csr_layouts(Tensor src, Tensor dst, int num_src, int num_dst, Tensor? listed=None) -> Tensor[]",
+        {at::Tag::pt2_compliant_tag});
+}
+
+TORCH_LIBRARY_IMPL(seastar_layers, CPU, m) { m.impl("csr_layouts", &csr_layouts); }
+
+}  // namespace seastar
