@@ -35,20 +35,22 @@ uint64_t block_sum(const uint32_t* words, size_t n, const uint32_t* weights) {
   return sum;
 }
 
-// fingerprint(buffer) -> int: a 64-bit hash of a buffer's bytes, read once, on every core, without
-// the GIL. Each 32-bit word is multiplied by an odd weight (by its place in its block), each block's
+// fingerprint(buffer, threads) -> int: a 64-bit hash of a buffer's bytes, read once, on `threads`
+// threads (torch's: the caller passes torch.get_num_threads(), so torch.set_num_threads(1), as in a
+// forked DataLoader worker, keeps this single-threaded too), without the GIL. Each 32-bit word is multiplied by an odd weight (by its place in its block), each block's
 // sum by an odd 64-bit weight (by the block), all mod 2**64: changing any one word changes a
 // block's sum by delta * odd, which is never 0 mod 2**64 for a delta below 2**32, so the hash
 // changes; edits of several words cancel out only by chance. Trailing bytes make a last, zero-padded word.
-PyObject* fingerprint(PyObject*, PyObject* arg) {
+PyObject* fingerprint(PyObject*, PyObject* args) {
   Py_buffer view;
-  if (PyObject_GetBuffer(arg, &view, PyBUF_C_CONTIGUOUS) != 0) return nullptr;
+  int threads = 1;
+  if (!PyArg_ParseTuple(args, "y*i", &view, &threads)) return nullptr;
   static const Weights weights;
   const auto* bytes = static_cast<const unsigned char*>(view.buf);
   const size_t length = static_cast<size_t>(view.len), words = length / 4, blocks = (words + kBlock - 1) / kBlock;
   uint64_t hash = splitmix64(length);
   Py_BEGIN_ALLOW_THREADS
-#pragma omp parallel for reduction(+ : hash) schedule(static) if (blocks > 16)
+#pragma omp parallel for reduction(+ : hash) schedule(static) num_threads(threads) if (threads > 1 && blocks > 16)
   for (size_t b = 0; b < blocks; ++b) {
     const size_t first = b * kBlock, n = std::min(kBlock, words - first);
     const unsigned char* start = bytes + 4 * first;
@@ -68,8 +70,9 @@ PyObject* fingerprint(PyObject*, PyObject* arg) {
 }
 
 PyMethodDef methods[] = {
-    {"fingerprint", fingerprint, METH_O,
-     "fingerprint(buffer) -> int: a 64-bit hash of a C-contiguous buffer's bytes, at memory speed (graph.py)."},
+    {"fingerprint", fingerprint, METH_VARARGS,
+     "fingerprint(buffer, threads) -> int: a 64-bit hash of a C-contiguous buffer's bytes, at memory speed "
+     "(graph.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

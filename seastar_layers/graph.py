@@ -333,7 +333,8 @@ def _fingerprint(t: torch.Tensor) -> int:
                  torch.sparse_csc: lambda: [t.ccol_indices(), t.row_indices()]}[t.layout]()
         return hash(tuple(_fingerprint(p) for p in parts))
     if t.device.type == "cpu" and _extension() is not None:
-        return _extension().fingerprint(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy())
+        return _extension().fingerprint(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy(),
+                                        torch.get_num_threads())
     if t.device.type == "cpu" and t.numel() <= _FINGERPRINT_BLOCK:
         return hash(t.contiguous().numpy().tobytes())  # exactly the bytes: cheaper than the products below
     flat = t.reshape(-1)

@@ -221,6 +221,12 @@ def test_fingerprint_sees_every_single_index_edit():
         swapped[:, [10, 8000]] = swapped[:, [8000, 10]]
         assert not torch.equal(swapped, edge_index) and _fingerprint(swapped) != base
         assert _fingerprint(edge_index[:, 1:]) != _fingerprint(edge_index[:, :-1])  # non-contiguous rows
+        threads = torch.get_num_threads()
+        try:  # it runs on torch's threads (one in a forked DataLoader worker), whatever their number
+            torch.set_num_threads(1)
+            assert _fingerprint(edge_index) == base
+        finally:
+            torch.set_num_threads(threads)
     # bytes that are not whole 32-bit words, read from an address that is not word-aligned
     data = torch.randint(0, 256, (20003,), generator=gen, dtype=torch.uint8)
     assert _fingerprint(data[1:]) == _fingerprint(data[1:].clone()) != _fingerprint(data[:-1])
