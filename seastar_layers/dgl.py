@@ -128,7 +128,7 @@ class GATConv(_DGLGATConv):
             seed = library.draw_seed(el.device)
         slope = torch.full((), self.leaky_relu.negative_slope, dtype=compute, device=el.device)
         result = torch.ops.seastar_layers.gat_attention(
-            _tensors(g), a_src, feat_src.reshape(-1, heads, F).contiguous(), slope, a_dst, None, mask, keep_t, seed,
+            g.op_tensors(), a_src, feat_src.reshape(-1, heads, F).contiguous(), slope, a_dst, None, mask, keep_t, seed,
             bool(get_attention))[0]
         if keep is not None:
             result = [r * programs.kept_scale(keep) for r in result]
@@ -185,19 +185,13 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(x.size(0), math.prod(x.shape[1:])).contiguous()
 
 
-def _tensors(g: Graph) -> list[torch.Tensor]:
-    """The graph as the ops take it (torch.ops.seastar_layers.*, called directly: a layer call on a
-    small block costs little more than its kernel)."""
-    return g.tensors(with_orders=g.device.type == "cuda")
-
-
 def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch.Tensor:
     """out_v = sum_e w[e] * x[u]; weights of any other shape broadcast per edge, as DGL's u_mul_e."""
     if edge_weight is not None and edge_weight.numel() != g.num_edges:
         # weights of other shapes than the prebuilt kernels': the same program, compiled for them
         return programs.weighted_sum(True, declared=False)(g, x=x, w=edge_weight.to(x.dtype))
     w = None if edge_weight is None else edge_weight.reshape(g.num_edges).to(x.dtype).contiguous()
-    return torch.ops.seastar_layers.weighted_sum(_tensors(g), _rows(x), w)[0][0].view(g.num_dst, *x.shape[1:])
+    return torch.ops.seastar_layers.weighted_sum(g.op_tensors(), _rows(x), w)[0][0].view(g.num_dst, *x.shape[1:])
 
 
 class GraphConv(_DGLGraphConv):
@@ -255,7 +249,7 @@ class APPNPConv(_DGLAPPNPConv):
             raise dgl.DGLError(f"APPNPConv propagates K steps over one set of vertices, but the graph has {g.num_src} "
                                f"source and {g.num_dst} destination vertices (a block or bipartite graph); "
                                "pass a homogeneous graph")
-        graph_tensors = _tensors(g)
+        graph_tensors = g.op_tensors()
         feat_0 = h = _rows(feat)
         if edge_weight is None:
             alpha = feat.new_tensor(self._alpha)

@@ -75,6 +75,11 @@ class Graph:
         arrays = [self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid]
         return arrays + list(self.row_orders()) if with_orders else arrays
 
+    def op_tensors(self) -> list[torch.Tensor]:
+        """The graph as torch.ops.seastar_layers.* take it on its device: tensors(), with the row
+        orders on a GPU."""
+        return self.tensors(with_orders=self.device.type == "cuda")
+
     def row_orders(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._orders is None:
             self._orders = (heaviest_first(self.in_indptr), heaviest_first(self.out_indptr))

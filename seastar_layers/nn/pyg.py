@@ -225,7 +225,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         explained = _explain_factor(self, graph, 3, plain.size(1))
         if explained is not None:
             explained = explained.to(x_src.dtype).view(-1, 1, 1).expand(graph.num_edges, H, 1)
-        graph_tensors = graph.tensors(with_orders=graph.device.type == "cuda")
+        graph_tensors = graph.op_tensors()
         if not return_attention_weights:
             return self._attend(graph_tensors, x_src, x_dst, res, edge_attr, explained, keep, False)[0]
         # PyG returns the attention after dropout; its explain mask scales the messages only
@@ -546,7 +546,7 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
         graph, weight, inputs, dinv = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved,
                                                    self.explain)
         weight = _edge_weights(self, graph, weight, x.dim(), inputs)
-        return self._weighted_sum(graph.tensors(with_orders=graph.device.type == "cuda"), x, weight, dinv)
+        return self._weighted_sum(graph.op_tensors(), x, weight, dinv)
 
     def _weighted_sum(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], dinv: Optional[Tensor]) -> Tensor:
         """out = sum_e w[e] * lin(x)[u], or with dinv, dinv[v] * sum_e dinv[u] * lin(x)[u]."""
@@ -593,7 +593,7 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
         per_edge = self.explain or (self.dropout > 0 and self.training)
         graph, weight, inputs, dinv = _propagation(self, "APPNP", x, edge_index, edge_weight, False, per_edge)
         explained = _explain_factor(self, graph, x.dim(), inputs)
-        tensors = graph.tensors(with_orders=graph.device.type == "cuda")
+        tensors = graph.op_tensors()
         if dinv is not None:
             return self._scaled_steps(tensors, x, dinv)
         return self._steps(tensors, x, weight, explained, graph.listed)

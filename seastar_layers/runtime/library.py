@@ -52,7 +52,7 @@ def call(family, graph, **tensors) -> list[Tensor]:
             t = t.to(compute)  # the op takes parameters in the compute dtype (float32 for half features)
         args.append(t.contiguous() if t is not None else None)
     switches = [bool(tensors.get(name, False)) for name in family.switches]
-    results, _ = op(graph.tensors(with_orders=graph.device.type == "cuda"), *args, *switches)
+    results, _ = op(graph.op_tensors(), *args, *switches)
     return results
 
 
