@@ -5,9 +5,7 @@
 // and GPUs, build them with torch ops (graph.csr_layouts: a stable argsort, then searchsorted),
 // which give the same arrays. The counting sort reads each edge twice per layout and allocates only
 // its results: on 14.3M edges the argsort took seconds and several edge-sized temporaries.
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include "seastar_ops.h"  // first_outside
 
 #include <algorithm>
 #include <optional>
@@ -19,10 +17,9 @@ namespace {
 // Indices of `name` outside [0, bound) raise, naming the first.
 void check_indices(const at::Tensor& t, const char* name, int64_t bound) {
   const int64_t* p = t.data_ptr<int64_t>();
-  const auto span = static_cast<uint64_t>(bound);
-  const int64_t bad = std::find_if(p, p + t.numel(), [&](int64_t v) { return static_cast<uint64_t>(v) >= span; }) - p;
-  TORCH_CHECK_VALUE(bad == t.numel(), "seastar_layers::csr_layouts: '", name, "' holds ", bad < t.numel() ? p[bad] : 0,
-                    " at edge ", bad, ", outside [0, ", bound, ")");
+  const int64_t bad = first_outside(p, t.numel(), bound);
+  TORCH_CHECK_VALUE(bad < 0, "seastar_layers::csr_layouts: '", name, "' holds ", bad < 0 ? 0 : p[bad], " at edge ", bad,
+                    ", outside [0, ", bound, ")");
 }
 
 // One layout: row r holds the edges k with keys[k] == r, in edge order, each as (others[k], k);

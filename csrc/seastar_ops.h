@@ -137,6 +137,22 @@ std::string str(const T& value) {
   return out.str();
 }
 
+// The position of the first of n indices outside [0, bound), or -1. A branch-free parallel pass
+// (memory speed) finds whether there is one; only then a second pass names it.
+inline int64_t first_outside(const int64_t* p, int64_t n, int64_t bound) {
+  const auto span = static_cast<uint64_t>(bound);  // negatives wrap high
+  const bool outside = at::parallel_reduce(
+      0, n, 1 << 16, false,
+      [&](int64_t begin, int64_t end, bool found) {
+        bool any = false;
+        for (int64_t k = begin; k < end; ++k) any |= static_cast<uint64_t>(p[k]) >= span;
+        return found || any;
+      },
+      [](bool a, bool b) { return a || b; });
+  if (!outside) return -1;
+  return std::find_if(p, p + n, [&](int64_t v) { return static_cast<uint64_t>(v) >= span; }) - p;
+}
+
 // Every index a kernel reads must be in range: a wrong graph array raises instead of reading
 // outside the tensors. On the CPU this is one parallel pass; on a GPU, asynchronous device
 // asserts (as torch's own index ops), so the host never waits.
@@ -150,20 +166,8 @@ class GraphCheck {
     if (t.numel() == 0) return;
     if (t.is_cpu()) {
       const int64_t* p = t.data_ptr<int64_t>();
-      // branch-free, so the pass runs at memory speed; where it finds an index outside, a second
-      // pass names the first
-      const auto span = static_cast<uint64_t>(hi);
-      const bool outside = at::parallel_reduce(
-          0, t.numel(), 1 << 16, false,
-          [&](int64_t begin, int64_t end, bool found) {
-            bool any = false;
-            for (int64_t k = begin; k < end; ++k) any |= static_cast<uint64_t>(p[k]) >= span;  // negatives wrap high
-            return found || any;
-          },
-          [](bool a, bool b) { return a || b; });
-      if (!outside) return;
-      const int64_t bad = std::find_if(p, p + t.numel(), [&](int64_t v) { return static_cast<uint64_t>(v) >= span; }) - p;
-      TORCH_CHECK_VALUE(false, op_, ": graph[", slot, "] (", kNames[slot], ") holds ", p[bad], " at position ", bad,
+      const int64_t bad = first_outside(p, t.numel(), hi);
+      TORCH_CHECK_VALUE(bad < 0, op_, ": graph[", slot, "] (", kNames[slot], ") holds ", p[bad], " at position ", bad,
                         ", outside [0, ", hi, "); ", kFix);
     } else {
       at::_assert_async(at::logical_and(t >= 0, t < hi).all(),
@@ -256,8 +260,9 @@ class CheckedGraphs {
     explicit Array(const at::Tensor& t)
         : impl(t.getIntrusivePtr()), data(t.const_data_ptr()), numel(t.numel()), version(t._version()) {}
     bool names(const at::Tensor& t) const {
-      return impl._unsafe_get_target() == t.unsafeGetTensorImpl() && !impl.expired() && !t.is_inference() &&
-             t.const_data_ptr() == data && t.numel() == numel && t._version() == version;
+      // the same TensorImpl: not an inference tensor either, as add() takes none
+      return impl._unsafe_get_target() == t.unsafeGetTensorImpl() && !impl.expired() && t.const_data_ptr() == data &&
+             t.numel() == numel && t._version() == version;
     }
     c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl;
     const void* data;
