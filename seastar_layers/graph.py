@@ -165,21 +165,25 @@ class Graph:
 
     @classmethod
     def from_dgl(cls, g) -> Graph:
-        """From a DGLGraph or block, with DGL's edge ids as edge ids: both layouts from DGL's own (cached)
-        CSC and CSR when they are safe to index, else from the edge list in id order. (DGL 2.1 under a
-        newer torch has returned corrupt adjacency arrays for a block built from edges outside its
-        destinations, so nothing DGL hands over is used unchecked. The two layouts are not compared
-        with each other, as sl.Graph(...) does: DGL derives both from one edge list, and comparing
-        costs more than the conversion.)"""
+        """From a DGLGraph or block, with DGL's edge ids as edge ids, built from its edge list as
+        from_edges builds any. A sampler's block holds only its edge list: asking DGL for its CSC and
+        CSR would cost twice our counting sort (5.2 ms against 2.5 ms on a 163k-edge block), and
+        DGL 2.1 under a newer torch has returned corrupt adjacency arrays for a block built from edges
+        outside its destinations. A graph restricted to sparse formats without an edge list
+        (g.formats("csc")) lists its edges with their ids, in another order."""
         if len(g.canonical_etypes) != 1:
             raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
                              "pass one relation at a time, e.g. g[etype]")
-        num_src, num_dst, num_edges = g.num_src_nodes(), g.num_dst_nodes(), g.num_edges()
-        arrays = [t.to(torch.int64).contiguous() for t in (*g.adj_tensors("csc"), *g.adj_tensors("csr"))]
-        if arrays[1].numel() == num_edges and not _layouts_problem(*arrays, num_src, num_dst):
-            return cls._from_checked(arrays, num_src, num_dst)
-        src, dst = g.edges(order="eid")
-        return cls.from_edge_index(torch.stack([src, dst]), (num_src, num_dst))
+        formats = g.formats()
+        if "coo" in formats["created"] + formats["not created"]:
+            src, dst = g.edges(order="eid")
+        else:
+            listed_src, listed_dst, eid = g.edges(order="srcdst", form="all")
+            eid = eid.to(torch.int64)
+            # an id DGL did not list leaves a -1 there, which from_edges refuses
+            src = torch.full_like(eid, -1).index_copy_(0, eid, listed_src.to(torch.int64))
+            dst = torch.full_like(eid, -1).index_copy_(0, eid, listed_dst.to(torch.int64))
+        return cls.from_edges(src, dst, g.num_src_nodes(), g.num_dst_nodes())
 
 
 def _sizes(edge_index: torch.Tensor, size) -> tuple[int, int]:
