@@ -127,14 +127,21 @@ class Graph:
         src, dst = src.to(torch.int64), dst.to(torch.int64)
         if torch.compiler.is_compiling():
             check_edges(src, dst, num_src, num_dst)
+            arrays = csr_layouts(src, dst, num_src, num_dst, listed)
+        elif src.device.type == "cpu" and _extension() is not None:
+            # the extension's counting sort checks every index as it goes; only a refusal pays for
+            # the passes that name the bad index in the user's terms
+            try:
+                arrays = list(torch.ops.seastar_layers.csr_layouts(src.contiguous(), dst.contiguous(), num_src,
+                                                                   num_dst, None if listed is None else
+                                                                   listed.contiguous()))
+            except ValueError:
+                _check_edge_range(src, dst, num_src, num_dst)
+                raise
         else:
-            if src.numel() and min(int(src.min()), int(dst.min())) < 0:
-                raise ValueError("Found negative indices in 'edge_index'; vertex indices start at 0")
-            for name, idx, n in (("source (row 0)", src, num_src), ("destination (row 1)", dst, num_dst)):
-                if idx.numel() and int(idx.max()) >= n:
-                    raise ValueError(f"Found {name} indices in 'edge_index' that are larger than {n - 1} (got "
-                                     f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
-        graph = cls._from_checked(_built_layouts(src, dst, num_src, num_dst, listed), num_src, num_dst)
+            _check_edge_range(src, dst, num_src, num_dst)
+            arrays = csr_layouts(src, dst, num_src, num_dst, listed)
+        graph = cls._from_checked(arrays, num_src, num_dst)
         graph.listed = listed
         return graph
 
@@ -213,15 +220,6 @@ def csr_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Op
     return [in_indptr, src[in_eid], in_eid, out_indptr, dst[out_eid], out_eid]
 
 
-def _built_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Optional[Tensor]) -> list[Tensor]:
-    """csr_layouts; in eager mode on the CPU by the extension's stable counting sort
-    (csrc/graph_ops.cpp): the same arrays, one pass per layout, no edge-sized temporaries."""
-    if src.device.type == "cpu" and not torch.compiler.is_compiling() and _extension() is not None:
-        return list(torch.ops.seastar_layers.csr_layouts(src.contiguous(), dst.contiguous(), num_src, num_dst,
-                                                         None if listed is None else listed.contiguous()))
-    return csr_layouts(src, dst, num_src, num_dst, listed)
-
-
 def graph_tensors(src: Tensor, dst: Tensor, num_src: int, num_dst: int,
                   listed: Optional[Tensor] = None) -> list[Tensor]:
     """Graph.from_edges(...).tensors() for the graph's device, built whole on every call and
@@ -232,6 +230,16 @@ def graph_tensors(src: Tensor, dst: Tensor, num_src: int, num_dst: int,
     if src.is_cuda:
         arrays += [heaviest_first(arrays[0]), heaviest_first(arrays[3])]
     return arrays
+
+
+def _check_edge_range(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> None:
+    """That every index is a vertex, in eager mode, naming the bad indices as PyG's checks do."""
+    if src.numel() and min(int(src.min()), int(dst.min())) < 0:
+        raise ValueError("Found negative indices in 'edge_index'; vertex indices start at 0")
+    for name, idx, n in (("source (row 0)", src, num_src), ("destination (row 1)", dst, num_dst)):
+        if idx.numel() and int(idx.max()) >= n:
+            raise ValueError(f"Found {name} indices in 'edge_index' that are larger than {n - 1} (got "
+                             f"{int(idx.max())}); pass size=(num_src, num_dst) that covers every vertex")
 
 
 def check_edges(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> None:
