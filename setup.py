@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent
 GENERATED = ROOT / "csrc" / "generated"
 PROGRAMS_PER_FILE = 12
 REGISTRATION = "registration.cpp"  # the ops' entry points: the one generated file that includes torch headers
-HAND_WRITTEN = ["csrc/module.cpp", "csrc/graph_ops.cpp"]  # beside the generated sources
-TORCH_SOURCES = (REGISTRATION, "graph_ops.cpp")  # the sources that include torch headers
+HAND_WRITTEN = ["csrc/module.cpp", "csrc/graph_ops.cpp", "csrc/layer_ops.cpp"]  # beside the generated sources
+TORCH_SOURCES = (REGISTRATION, "graph_ops.cpp", "layer_ops.cpp")  # the sources that include torch headers
 version = re.search(r'__version__ = "([^"]+)"', (ROOT / "seastar_layers" / "__init__.py").read_text()).group(1)
 
 

@@ -251,18 +251,21 @@ class APPNPConv(_DGLAPPNPConv):
                                "pass a homogeneous graph")
         graph_tensors = g.op_tensors()
         feat_0 = h = _rows(feat)
+        dropping = self.training and self.edge_drop.p > 0
         if edge_weight is None:
-            alpha = feat.new_tensor(self._alpha)
             src_norm = _cached_norm(g, True, feat, "both").view(-1, 1)
+            dst_norm = _cached_norm(g, False, feat, "both").view(-1, 1)
+            if not dropping:  # the K steps looped in C++ (csrc/layer_ops.cpp)
+                return torch.ops.seastar_layers.appnp_propagate(graph_tensors, feat_0, src_norm, dst_norm,
+                                                                float(self._alpha), self._k).view(feat.shape)
             # (1 - alpha) * (sum * dst_norm) + alpha * h_0: dst_norm folded into the teleport split, once
-            kept = (1 - alpha) * _cached_norm(g, False, feat, "both").view(-1, 1)
-            teleported = alpha * feat_0
+            kept, teleported = (1 - self._alpha) * dst_norm, self._alpha * feat_0
         else:
             edge_weight = _edge_weight_norm(g, edge_weight)
             alpha = torch.full((), self._alpha, dtype=COMPUTE_DTYPE[feat.dtype], device=feat.device)
         for _ in range(self._k):
             w = edge_weight
-            if self.training and self.edge_drop.p > 0:
+            if dropping:
                 w = self.edge_drop(feat.new_ones(g.num_edges, 1) if w is None else w)
             if w is not None:
                 w = w.reshape(g.num_edges).to(feat.dtype).contiguous()

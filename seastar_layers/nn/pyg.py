@@ -599,13 +599,11 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
         return self._steps(tensors, x, weight, explained, graph.listed)
 
     def _scaled_steps(self, graph: List[Tensor], x: Tensor, dinv: Tensor) -> Tensor:
-        """K steps of out = keep * dinv[v] * sum_e dinv[u] * out[u] + alpha * h: the op, then one addcmul."""
+        """K steps of out = keep * dinv[v] * sum_e dinv[u] * out[u] + alpha * h, looped in C++
+        (csrc/layer_ops.cpp)."""
         rows, features, axis = _to_rows(x, self.node_dim)
         dinv = dinv.to(rows.dtype).unsqueeze(1)
-        kept, teleported = (1 - self.alpha) * dinv, self.alpha * rows
-        out = rows
-        for _ in range(self.K):
-            out = torch.addcmul(teleported, torch.ops.seastar_layers.weighted_sum(graph, out * dinv, None)[0][0], kept)
+        out = torch.ops.seastar_layers.appnp_propagate(graph, rows, dinv, dinv, float(self.alpha), self.K)
         return _from_rows(out, features, axis)
 
     def _steps(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], explained: Optional[Tensor],
