@@ -75,20 +75,30 @@ def test_gat_bipartite_features():
     check(ref, ours, g, (x(15, F_IN), x(9, 6)))
 
 
-@pytest.mark.parametrize("formats", [["csc"], ["csr"], ["csc", "csr"], ["coo", "csc"]], ids=str)
+@pytest.mark.parametrize("formats", [["csc"], ["csr"], ["csc", "csr"], ["coo", "csc"], "created"], ids=str)
 @pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2)),
                                          ("GraphConv", dict(in_feats=F_IN, out_feats=3)),
                                          ("APPNPConv", dict(k=3, alpha=0.1))])
 def test_graphs_restricted_to_sparse_formats(formats, name, kwargs):
-    """A DGLGraph restricted to CSC or CSR, without an edge list, converts with DGL's edge ids:
-    DGL's own layers refuse most of these, so the reference runs on the unrestricted graph."""
+    """A DGLGraph restricted to CSC or CSR, without an edge list, converts with DGL's edge ids, and
+    one whose CSC and CSR DGL already built shares them ("created"): DGL's own layers refuse most
+    restricted graphs, so the reference runs on the unrestricted graph."""
     ref, ours = pair(name, **kwargs)
     g = graph()
     weight = torch.rand(g.num_edges(), generator=torch.Generator().manual_seed(4))
+    if formats == "created":
+        ours_g = graph()
+        ours_g.create_formats_()
+    else:
+        ours_g = g.formats(formats)
     for edge_weight in (None, weight):
         expected = ref(g, x(), edge_weight=edge_weight)
-        torch.testing.assert_close(ours(g.formats(formats), x(), edge_weight=edge_weight), expected,
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours(ours_g, x(), edge_weight=edge_weight), expected, atol=1e-5, rtol=1e-5)
+    if formats == "created":  # no copies: the layouts are DGL's own arrays
+        converted = sd._converted(ours_g).graph
+        indptr, indices, _ = ours_g.adj_tensors("csc")
+        assert converted.in_indptr.data_ptr() == indptr.data_ptr()
+        assert converted.in_src.data_ptr() == indices.data_ptr()
 
 
 def sampled_blocks(fanouts=(4, 3)):
