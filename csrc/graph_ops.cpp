@@ -1,10 +1,12 @@
-// seastar_layers::csr_layouts: both CSR layouts of an edge list, by a stable counting sort, the one
-// op of seastar_layers._C written by hand (the layers' ops are generated: registration.cpp).
+// seastar_layers::csr_layouts: both CSR layouts of an edge list, by a stable counting sort (written
+// by hand, as layer_ops.cpp; the layers' kernel ops are generated: registration.cpp).
 //
 // graph.py builds a graph's layouts in eager mode on the CPU with it; traced and scripted models,
 // and GPUs, build them with torch ops (graph.csr_layouts: a stable argsort, then searchsorted),
 // which give the same arrays. The counting sort reads each edge twice per layout and allocates only
-// its results: on 14.3M edges the argsort took seconds and several edge-sized temporaries.
+// its results: on 14.3M edges the argsort took seconds and several edge-sized temporaries. The
+// self-loop slots PyG's layers append (nn/edges.py: with_self_loops) are appended here too, by
+// count, so the edge list is never copied to append them.
 #include "seastar_ops.h"  // first_outside
 
 #include <algorithm>
@@ -22,25 +24,34 @@ void check_indices(const at::Tensor& t, const char* name, int64_t bound) {
                     ", outside [0, ", bound, ")");
 }
 
-// One layout: row r holds the edges k with keys[k] == r, in edge order, each as (others[k], k);
-// edges not listed follow every row, in edge order, in no row.
-void fill_layout(const int64_t* keys, const int64_t* others, const bool* listed, int64_t num_edges, int64_t rows,
-                 int64_t* indptr, int64_t* neighbours, int64_t* eids) {
+// One layout: row r holds the edge slots k with key r, in slot order, each as (other end, k): the
+// edges k < num_edges (keys[k], others[k]), then `loops` self-loops num_edges + i = (i, i). Slots
+// not listed follow every row, in slot order, in no row.
+void fill_layout(const int64_t* keys, const int64_t* others, const bool* listed, int64_t num_edges, int64_t loops,
+                 int64_t rows, int64_t* indptr, int64_t* neighbours, int64_t* eids) {
+  const auto is_listed = [&](int64_t k) { return listed == nullptr || listed[k]; };
   std::fill(indptr, indptr + rows + 1, int64_t{0});
   for (int64_t k = 0; k < num_edges; ++k)
-    if (listed == nullptr || listed[k]) ++indptr[keys[k] + 1];
+    if (is_listed(k)) ++indptr[keys[k] + 1];
+  for (int64_t i = 0; i < loops; ++i)
+    if (is_listed(num_edges + i)) ++indptr[i + 1];
   for (int64_t r = 0; r < rows; ++r) indptr[r + 1] += indptr[r];
   std::vector<int64_t> next(indptr, indptr + rows);
   int64_t unlisted = indptr[rows];
   for (int64_t k = 0; k < num_edges; ++k) {
-    const int64_t slot = (listed == nullptr || listed[k]) ? next[keys[k]]++ : unlisted++;
+    const int64_t slot = is_listed(k) ? next[keys[k]]++ : unlisted++;
     neighbours[slot] = others[k];
     eids[slot] = k;
+  }
+  for (int64_t i = 0; i < loops; ++i) {
+    const int64_t slot = is_listed(num_edges + i) ? next[i]++ : unlisted++;
+    neighbours[slot] = i;
+    eids[slot] = num_edges + i;
   }
 }
 
 std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst, int64_t num_src, int64_t num_dst,
-                                    const std::optional<at::Tensor>& listed) {
+                                    const std::optional<at::Tensor>& listed, int64_t loops) {
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"src", src}, {"dst", dst}}) {
     TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "seastar_layers::csr_layouts: '", name,
                      "' must hold int64 indices, got ", t.scalar_type());
@@ -51,29 +62,34 @@ std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst
                     "number of edges, got ", src.numel(), " and ", dst.numel());
   TORCH_CHECK_VALUE(num_src >= 0 && num_dst >= 0, "seastar_layers::csr_layouts: 'num_src' and 'num_dst' must be "
                     ">= 0, got ", num_src, " and ", num_dst);
+  TORCH_CHECK_VALUE(loops >= 0 && loops <= num_src && loops <= num_dst, "seastar_layers::csr_layouts: 'loops' "
+                    "(self-loops on the first vertices) must be in [0, min(num_src, num_dst)] = [0, ",
+                    std::min(num_src, num_dst), "], got ", loops);
+  const int64_t num_edges = src.numel();
   const bool* marks = nullptr;
   if (listed.has_value()) {
     TORCH_CHECK_TYPE(listed->scalar_type() == at::kBool, "seastar_layers::csr_layouts: 'listed' must be a bool "
                      "tensor, got ", listed->scalar_type());
-    TORCH_CHECK_VALUE(listed->dim() == 1 && listed->is_contiguous() && listed->numel() == src.numel(),
+    TORCH_CHECK_VALUE(listed->dim() == 1 && listed->is_contiguous() && listed->numel() == num_edges + loops,
                       "seastar_layers::csr_layouts: 'listed' must be a contiguous 1-d tensor with one entry per "
-                      "edge (", src.numel(), "), got shape ", listed->sizes());
+                      "edge slot (", num_edges + loops, "), got shape ", listed->sizes());
     marks = listed->data_ptr<bool>();
   }
   check_indices(src, "src", num_src);
   check_indices(dst, "dst", num_dst);
-  const int64_t num_edges = src.numel();
+  const int64_t slots = num_edges + loops;
   const auto options = src.options();
-  std::vector<at::Tensor> out = {at::empty({num_dst + 1}, options), at::empty({num_edges}, options),
-                                 at::empty({num_edges}, options), at::empty({num_src + 1}, options),
-                                 at::empty({num_edges}, options), at::empty({num_edges}, options)};
-  // the two layouts are independent: one thread each
-  at::parallel_for(0, 2, 1, [&](int64_t begin, int64_t end) {
+  std::vector<at::Tensor> out = {at::empty({num_dst + 1}, options), at::empty({slots}, options),
+                                 at::empty({slots}, options), at::empty({num_src + 1}, options),
+                                 at::empty({slots}, options), at::empty({slots}, options)};
+  // the two layouts are independent: one thread each, where a graph is large enough to repay
+  // starting them
+  at::parallel_for(0, 2, slots < (int64_t{1} << 15) ? 3 : 1, [&](int64_t begin, int64_t end) {
     for (int64_t layout = begin; layout < end; ++layout) {
       const bool in = layout == 0;  // the in-layout: rows are destinations, neighbours sources
       const at::Tensor &keys = in ? dst : src, &others = in ? src : dst;
-      fill_layout(keys.data_ptr<int64_t>(), others.data_ptr<int64_t>(), marks, num_edges, in ? num_dst : num_src,
-                  out[3 * layout].data_ptr<int64_t>(), out[3 * layout + 1].data_ptr<int64_t>(),
+      fill_layout(keys.data_ptr<int64_t>(), others.data_ptr<int64_t>(), marks, num_edges, loops,
+                  in ? num_dst : num_src, out[3 * layout].data_ptr<int64_t>(), out[3 * layout + 1].data_ptr<int64_t>(),
                   out[3 * layout + 2].data_ptr<int64_t>());
     }
   });
@@ -83,7 +99,7 @@ std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(seastar_layers, m) {
-  m.def("csr_layouts(Tensor src, Tensor dst, int num_src, int num_dst, Tensor? listed=None) -> Tensor[]",
+  m.def("csr_layouts(Tensor src, Tensor dst, int num_src, int num_dst, Tensor? listed=None, int loops=0) -> Tensor[]",
         {at::Tag::pt2_compliant_tag});
 }
 

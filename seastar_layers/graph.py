@@ -11,6 +11,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .nn.edges import listed_with_self_loops, with_self_loops
+
 
 class Graph:
     """A directed graph from `num_src` source vertices to `num_dst` destination vertices.
@@ -120,26 +122,35 @@ class Graph:
 
     @classmethod
     def from_edges(cls, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int,
-                   listed: torch.Tensor | None = None) -> "Graph":
+                   listed: torch.Tensor | None = None, loops: int = 0) -> "Graph":
         """From edges src[k] -> dst[k] (1-d integer tensors); where `listed` is given, only the edges
-        it marks belong to rows (csr_layouts). Inside a traced model (torch.compile, torch.export)
-        the index checks are asserts the compiled graph runs."""
+        it marks belong to rows (csr_layouts). With `loops`, PyG's self-loop handling: the edge
+        slots are the edges, then a loop (i, i) for each i < loops, and the edges that are loops
+        are not listed (nn/edges.py: with_self_loops). Inside a traced model (torch.compile,
+        torch.export) the index checks are asserts the compiled graph runs."""
+        if loops and listed is not None:
+            raise ValueError("Graph.from_edges: pass 'listed' or 'loops', not both")
         src, dst = src.to(torch.int64), dst.to(torch.int64)
-        if torch.compiler.is_compiling():
-            check_edges(src, dst, num_src, num_dst)
-            arrays = csr_layouts(src, dst, num_src, num_dst, listed)
-        elif src.device.type == "cpu" and _extension() is not None:
-            # the extension's counting sort checks every index as it goes; only a refusal pays for
-            # the passes that name the bad index in the user's terms
+        if src.device.type == "cpu" and not torch.compiler.is_compiling() and _extension() is not None:
+            # the extension's counting sort appends the loops by count (no copy of the edges) and
+            # checks every index as it goes; only a refusal pays for the passes that name the bad
+            # index in the user's terms
+            if loops:
+                listed = listed_with_self_loops(src, dst, loops)
             try:
                 arrays = list(torch.ops.seastar_layers.csr_layouts(src.contiguous(), dst.contiguous(), num_src,
                                                                    num_dst, None if listed is None else
-                                                                   listed.contiguous()))
+                                                                   listed.contiguous(), loops))
             except ValueError:
                 _check_edge_range(src, dst, num_src, num_dst)
                 raise
         else:
-            _check_edge_range(src, dst, num_src, num_dst)
+            if loops:
+                src, dst, listed = with_self_loops(src, dst, loops)
+            if torch.compiler.is_compiling():
+                check_edges(src, dst, num_src, num_dst)
+            else:
+                _check_edge_range(src, dst, num_src, num_dst)
             arrays = csr_layouts(src, dst, num_src, num_dst, listed)
         graph = cls._from_checked(arrays, num_src, num_dst)
         graph.listed = listed

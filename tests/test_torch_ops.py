@@ -128,6 +128,29 @@ def test_csr_layouts_op_builds_what_torch_builds(num_src, num_dst, edges, with_l
     assert all(torch.equal(a, b) for a, b in zip(built.tensors(), ours))
 
 
+@pytest.mark.parametrize("num_src,num_dst,edges,loops", [(N, N, 30, N), (7, 4, 50, 4), (5, 5, 0, 5), (6, 6, 9, 2)],
+                         ids=["square", "bipartite", "no edges", "fewer loops"])
+def test_csr_layouts_op_appends_self_loops(num_src, num_dst, edges, loops):
+    """With `loops`, the op appends PyG's self-loop slots by count, without a copy of the edges: the
+    same arrays as the torch build over with_self_loops' slots, element for element, and
+    Graph.from_edges(loops=...) lists the same slots; opcheck passes."""
+    from seastar_layers.nn.edges import listed_with_self_loops, with_self_loops
+
+    gen = torch.Generator().manual_seed(edges + loops)
+    src = torch.randint(0, num_src, (edges,), generator=gen)
+    dst = torch.randint(0, num_dst, (edges,), generator=gen)
+    src[:edges // 4] = dst[:edges // 4] = torch.randint(0, min(num_src, num_dst), (edges // 4,), generator=gen)
+    slot_src, slot_dst, listed = with_self_loops(src, dst, loops)
+    expected = csr_layouts(slot_src, slot_dst, num_src, num_dst, listed)
+    args = (src, dst, num_src, num_dst, listed_with_self_loops(src, dst, loops), loops)
+    for k, (got, want) in enumerate(zip(OPS.csr_layouts(*args), expected, strict=True)):
+        assert torch.equal(got, want), (k, got, want)
+    torch.library.opcheck(OPS.csr_layouts, args)
+    built = sl.Graph.from_edges(src, dst, num_src, num_dst, loops=loops)
+    assert all(torch.equal(a, b) for a, b in zip(built.tensors(), expected, strict=True))
+    assert torch.equal(built.listed, listed)
+
+
 @pytest.mark.parametrize("args,error,words", [
     ((torch.tensor([0, 9]), torch.tensor([1, 2]), N, N), ValueError, ["'src' holds 9 at edge 1", "outside [0, 9)"]),
     ((torch.tensor([0, 1]), torch.tensor([-1, 2]), N, N), ValueError, ["'dst' holds -1 at edge 0"]),
@@ -135,7 +158,10 @@ def test_csr_layouts_op_builds_what_torch_builds(num_src, num_dst, edges, with_l
     ((torch.tensor([0, 1]).int(), torch.tensor([1, 2]), N, N), TypeError, ["'src' must hold int64 indices"]),
     ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, N, torch.ones(2)), TypeError, ["'listed' must be a bool"]),
     ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, -1), ValueError, ["must be >= 0"]),
-], ids=["source", "negative", "lengths", "int32", "listed dtype", "size"])
+    ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, 4, None, 5), ValueError, ["'loops'", "[0, 4]", "got 5"]),
+    ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, N, torch.ones(2, dtype=torch.bool), 3), ValueError,
+     ["one entry per edge slot (5)", "[2]"]),
+], ids=["source", "negative", "lengths", "int32", "listed dtype", "size", "loops", "listed with loops"])
 def test_csr_layouts_op_refuses_bad_edges(args, error, words):
     with pytest.raises(error) as info:
         OPS.csr_layouts(*args)

@@ -5,7 +5,9 @@ PyG drops a graph's self-loops and appends one loop per vertex (GATConv; GCNConv
 the loops that remain): a data-dependent number of edges. Here the result has *slots*: every input
 edge, then one loop per vertex; `listed` marks the slots PyG keeps, in PyG's order, and the graph
 built from them (graph.csr_layouts) leaves the other slots out of every row, so kernels never
-visit them. Per-edge values are given per slot; a dropped slot's value is never read.
+visit them. Per-edge values are given per slot; a dropped slot's value is never read. In eager
+mode on the CPU, Graph.from_edges(..., loops=n) has the extension's counting sort append the loops
+by count, so the edge list is not copied to append them.
 """
 from typing import Optional
 
@@ -16,8 +18,12 @@ from torch import Tensor
 def with_self_loops(src: Tensor, dst: Tensor, num_loops: int) -> tuple[Tensor, Tensor, Tensor]:
     """PyG's remove_self_loops, then add_self_loops(num_nodes=num_loops), as (src, dst, listed) slots."""
     loops = torch.arange(num_loops, dtype=src.dtype, device=src.device)
-    listed = torch.cat([src != dst, torch.ones(num_loops, dtype=torch.bool, device=src.device)])
-    return torch.cat([src, loops]), torch.cat([dst, loops]), listed
+    return torch.cat([src, loops]), torch.cat([dst, loops]), listed_with_self_loops(src, dst, num_loops)
+
+
+def listed_with_self_loops(src: Tensor, dst: Tensor, num_loops: int) -> Tensor:
+    """Which of with_self_loops' slots PyG keeps: every edge but a self-loop, then every appended loop."""
+    return torch.cat([src != dst, torch.ones(num_loops, dtype=torch.bool, device=src.device)])
 
 
 def remaining_loop_weights(src: Tensor, dst: Tensor, weight: Tensor, num_nodes: int, fill: float) -> Tensor:

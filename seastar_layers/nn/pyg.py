@@ -118,20 +118,21 @@ def _check_flow(layer: MessagePassing, edge_index) -> None:
                          'module, e.g., `adj_t.t()`.')
 
 
-def _message_graph(layer: MessagePassing, source, slots, size: tuple[int, int], key: tuple = ()) -> Graph:
-    """The graph messages travel along: the edge slots (src, dst, listed) = slots() that `source`,
-    the user's graph object, gives after the layer's processing (`key` names it; nn/edges.py),
-    reversed for flow="target_to_source"; size is (senders, receivers). Built once per graph
-    object and processing (slots() runs only then); inside a traced model, on every call, as part
-    of the compiled graph."""
+def _message_graph(layer: MessagePassing, source, plain: Tensor, loops: int, size: tuple[int, int],
+                   key: tuple = ()) -> Graph:
+    """The graph messages travel along: the (2, E) edges `plain` of `source`, the user's graph
+    object, with the layer's `loops` self-loops as PyG adds them (0: none; `key` names that
+    processing; nn/edges.py), reversed for flow="target_to_source"; size is (senders, receivers).
+    Built once per graph object and processing; inside a traced model, on every call, as part of
+    the compiled graph."""
     flip = layer.flow == "target_to_source"
     compiling = torch.compiler.is_compiling()
     if not key and not flip and not compiling and not _is_sparse(source):
         return as_graph(source, size)  # a sorted EdgeIndex brings its own CSR/CSC
 
     def build(_=None):
-        src, dst, listed = slots()
-        return Graph.from_edges(dst if flip else src, src if flip else dst, *size, listed)
+        src, dst = (plain[1], plain[0]) if flip else (plain[0], plain[1])
+        return Graph.from_edges(src, dst, *size, loops=loops)
 
     return build() if compiling else as_graph(source, None, (layer.flow, size) + key, build)
 
@@ -218,7 +219,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         num_dst = self._num_dst(x_src, x_dst, size)
         loops = self._loops(x_src, x_dst, size)
         key = ("gat-self-loops", loops) if self.add_self_loops else ()
-        graph = _message_graph(self, edge_index, lambda: self._slots(plain, loops), (x_src.size(0), num_dst), key)
+        graph = _message_graph(self, edge_index, plain, loops, (x_src.size(0), num_dst), key)
         edge_attr = self._with_loop_attr(edge_attr, plain, loops)
         H = self.heads
         keep = self._keep()
@@ -468,7 +469,7 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
         return edges.with_self_loops(ei[0], ei[1], n) if with_loops else (ei[0], ei[1], None)
 
     key = ("gcn", layer.add_self_loops) if layer.normalize else ()
-    graph = _message_graph(layer, edge_index, slots, (n, n), key)  # checks the indices first
+    graph = _message_graph(layer, edge_index, ei, n if with_loops else 0, (n, n), key)  # checks the indices first
     dinv = None
     if layer.normalize and not sparse:
         def normalized_weights():

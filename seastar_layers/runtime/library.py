@@ -197,8 +197,8 @@ def _jit_backward(family, graph, *args):
     return [gradients.get(name, torch.zeros_like(t)) for name, t in tensors.items()]
 
 
-def _fake_csr_layouts(src, dst, num_src, num_dst, listed=None):
-    edges = src.numel()
+def _fake_csr_layouts(src, dst, num_src, num_dst, listed=None, loops=0):
+    edges = src.numel() + loops
     return [src.new_empty(num_dst + 1), src.new_empty(edges), src.new_empty(edges), src.new_empty(num_src + 1),
             src.new_empty(edges), src.new_empty(edges)]
 
