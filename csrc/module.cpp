@@ -37,10 +37,11 @@ uint64_t block_sum(const uint32_t* words, size_t n, const uint32_t* weights) {
 
 // fingerprint(buffer, threads) -> int: a 64-bit hash of a buffer's bytes, read once, on `threads`
 // threads (torch's: the caller passes torch.get_num_threads(), so torch.set_num_threads(1), as in a
-// forked DataLoader worker, keeps this single-threaded too), without the GIL. Each 32-bit word is multiplied by an odd weight (by its place in its block), each block's
-// sum by an odd 64-bit weight (by the block), all mod 2**64: changing any one word changes a
-// block's sum by delta * odd, which is never 0 mod 2**64 for a delta below 2**32, so the hash
-// changes; edits of several words cancel out only by chance. Trailing bytes make a last, zero-padded word.
+// forked DataLoader worker, keeps this single-threaded too), without the GIL. Each 32-bit word is
+// multiplied by an odd weight (by its place in its block), each block's sum by an odd 64-bit weight
+// (by the block), all mod 2**64: changing any one word changes a block's sum by delta * odd, which
+// is never 0 mod 2**64 for a delta below 2**32, so the hash changes; edits of several words cancel
+// out only by chance. Trailing bytes make a last, zero-padded word.
 PyObject* fingerprint(PyObject*, PyObject* args) {
   Py_buffer view;
   int threads = 1;

@@ -167,8 +167,8 @@ class GraphCheck {
     if (t.is_cpu()) {
       const int64_t* p = t.data_ptr<int64_t>();
       const int64_t bad = first_outside(p, t.numel(), hi);
-      TORCH_CHECK_VALUE(bad < 0, op_, ": graph[", slot, "] (", kNames[slot], ") holds ", p[bad], " at position ", bad,
-                        ", outside [0, ", hi, "); ", kFix);
+      TORCH_CHECK_VALUE(bad < 0, op_, ": graph[", slot, "] (", kNames[slot], ") holds ", p[bad], " at position ",
+                        bad, ", outside [0, ", hi, "); ", kFix);
     } else {
       at::_assert_async(at::logical_and(t >= 0, t < hi).all(),
                         std::string(op_) + ": graph[" + str(slot) + "] (" + kNames[slot] + ") holds indices outside [0, " +
@@ -225,12 +225,12 @@ class GraphCheck {
 
 // The graphs whose arrays passed GraphCheck, so that a training loop's calls on one graph (each
 // forward, its backward, every epoch) check its arrays once, not one pass over them per call (on
-// the 1/8 Reddit-scale graph that pass took 30 of a weighted_sum's 64 ms). An entry names each array by its TensorImpl,
-// held weakly (so a freed array's address is never mistaken for a new one's), its data pointer,
-// size and version counter: an in-place torch op on an array bumps its version, and the next call
-// checks it again. Writes behind torch's back (through .numpy() or .data) are not seen, as torch's
-// own sparse tensors do not recheck their indices. Inference tensors have no version counter and are
-// checked on every call.
+// the 1/8 Reddit-scale graph that pass took 30 of a weighted_sum's 64 ms). An entry names each
+// array by its TensorImpl, held weakly (so a freed array's address is never mistaken for a new
+// one's), its data pointer, size and version counter: an in-place torch op on an array bumps its
+// version, and the next call checks it again. Writes behind torch's back (through .numpy() or
+// .data) are not seen, as torch's own sparse tensors do not recheck their indices. Inference
+// tensors have no version counter and are checked on every call.
 class CheckedGraphs {
  public:
   static bool contains(at::TensorList graph) {
