@@ -269,9 +269,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
           for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
         }
         acc_t e15[64];
-        #pragma omp simd
         for (int k = 0; k < 4; ++k) {
           acc_t r15 = 0;
+          #pragma omp simd reduction(+:r15)
           for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) r15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
           e15[k] = r15;
         }
@@ -320,9 +320,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
           for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
         }
         acc_t e15[64];
-        #pragma omp simd
         for (int k = 0; k < 4; ++k) {
           acc_t r15 = 0;
+          #pragma omp simd reduction(+:r15)
           for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) r15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
           e15[k] = r15;
         }
@@ -395,9 +395,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       }
       acc_t t13[256];
       acc_t t15[256];
-      #pragma omp simd
       for (int64_t o0 = 0; o0 < 4; ++o0) {
         acc_t s15 = 0;
+        #pragma omp simd reduction(+:s15)
         for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) s15 += (v0[o0 * 8 + r15_1] * v1[o0 * 8 + r15_1]);
         t15[o0] = s15;
       }
