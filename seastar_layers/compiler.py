@@ -19,6 +19,7 @@ from .graph import Graph, as_graph
 from .ir import Program, Role, Space, verify
 from .passes.autodiff import Backward, autodiff, saved_key
 from .passes.canonicalize import canonicalize
+from .passes.factor import factor_reductions
 from .passes.hoist import hoist_params
 from .passes.schedule import Schedule, schedule
 from .passes.softmax import stabilise_softmax
@@ -96,6 +97,8 @@ PIPELINE = (
     _forward_pass(stabilise_softmax),
     Stage("hoist_params", _hoist, lambda c: f"{c.program}\n  -- prelude (torch) --\n{c.prelude}"),
     Stage("autodiff", lambda c: replace(c, backward=autodiff(c.program)), lambda c: str(c.backward.program)),
+    Stage("factor_reductions", lambda c: replace(c, backward=replace(c.backward, program=factor_reductions(
+        c.backward.program))), lambda c: str(c.backward.program)),
     Stage("save_planning", _plan_saves, _show_saves),
     Stage("schedule", lambda c: replace(c, schedules={"forward": schedule(c.program),
                                                       "backward": schedule(c.backward.program)}),

@@ -4,6 +4,7 @@ import pytest
 from seastar_layers.ir import Builder, BufferKey, Kind, Op, Program, Role, Space, verify
 from seastar_layers.passes.autodiff import adjoint_key, autodiff, gradient_key
 from seastar_layers.passes.canonicalize import canonicalize
+from seastar_layers.passes.factor import factor_reductions
 from seastar_layers.passes.hoist import hoist_params
 from seastar_layers.passes.schedule import schedule
 from seastar_layers.passes.softmax import stabilise_softmax
@@ -157,6 +158,37 @@ def test_parameter_gradients_come_as_per_row_partials():
     # y * w is per destination; x * w is per source (summed over its out-edges' adjoints): one partial
     # sum per row of each, which the runtime adds up in torch
     assert {k.bucket for k in keys} == {Space.DST, Space.SRC}
+
+
+# --- factor_reductions -------------------------------------------------------------------------
+def edge_reductions(prog: Program) -> list[int]:
+    return [i for i, n in enumerate(prog.nodes) if n.op is Op.REDUCE_SUM and n.space is Space.EDGE]
+
+
+def test_gat_backward_takes_no_dot_product_per_edge():
+    """The weights' adjoint is adjoint . h per edge (a sum over channels) and the attention
+    gradients only scale it: the sums move after the edge loops, which accumulate products."""
+    bwd = autodiff(canonicalize(stabilise_softmax(gat(Builder())))).program
+    assert edge_reductions(bwd)
+    factored = factor_reductions(bwd)
+    verify(factored, "factor_reductions")
+    assert not edge_reductions(factored)
+    assert [key for key, _ in factored.outputs] == [key for key, _ in bwd.outputs]
+    wide = [n for n in factored.nodes if n.op is Op.AGG_SUM and n.shape == (2, 3)]
+    assert {n.attr("to") for n in wide} == {"dst", "src"}
+
+
+@pytest.mark.parametrize("case", ["nonlinear", "no_row_constant_operand"])
+def test_dot_products_that_do_not_factor_stay_per_edge(case):
+    b = Builder()
+    x, y = feature(b, "x", Space.SRC), feature(b, "y", Space.DST)
+    if case == "nonlinear":  # exp(x . y): the sum is needed per edge
+        per_edge = b.emit(Op.EXP, (b.reduce_sum(b.mul(x, y), (0,), keepdim=True),))
+    else:  # x . w with w per edge: neither operand is the same on every edge of a row
+        w = feature(b, "w", Space.EDGE)
+        per_edge = b.reduce_sum(b.mul(x, w), (0,), keepdim=True)
+    prog = b.program([(OUT, b.aggregate(Op.AGG_SUM, per_edge, Space.DST))])
+    assert edge_reductions(factor_reductions(prog)) == edge_reductions(prog) != []
 
 
 # --- scheduling --------------------------------------------------------------------------------

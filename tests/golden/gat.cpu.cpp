@@ -223,7 +223,7 @@ struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
   const int64_t* graph[8];
-  void* buffers[10];
+  void* buffers[11];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
@@ -244,113 +244,174 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:22@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:24@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
-    const scalar_t* v0 = b0 + r * 32;
-    const scalar_t* v4 = b3 + r * 4;
-    const acc_t* v7 = b4 + r * 4;
-    acc_t v8[4];
+    const scalar_t* v3 = b3 + r * 4;
+    const acc_t* v6 = b4 + r * 4;
+    acc_t v7[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v8[i0] = (-v7[i0]);
+      v7[i0] = (-v6[i0]);
     }
-    acc_t v19[4];
-    for (int64_t c0 = 0; c0 < 4; c0 += 64) {
-      acc_t acc19[64]; for (int k = 0; k < 64; ++k) acc19[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v3 = b2 + nbr * 4;
-        const scalar_t* v1 = b1 + nbr * 32;
-        if (j + 16 < end) {
-          const auto* ahead = b1 + nbrs[j + 16] * 32 + c0 * 8 + 0;
-          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-        }
-        acc_t e15[64];
-        for (int k = 0; k < 4; ++k) {
-          acc_t r15 = 0;
-          #pragma omp simd reduction(+:r15)
-          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) r15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
-          e15[k] = r15;
-        }
-        #pragma omp simd
-        for (int k = 0; k < 4; ++k) {
-          const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
-          const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-          const acc_t e9 = (e6 + v8[(c0 + k)]);
-          const acc_t e10 = seastar_exp(e9);
-          const acc_t e18 = (e15[k] * e10);
-          acc19[k] += e18;
-        }
+    const acc_t* v10 = b5 + r * 4;
+    acc_t v11[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v11[i0] = ((acc_t)1 / v10[i0]);
+    }
+    acc_t v18[32];
+    acc_t v24[4];
+    acc_t v47[32];
+    acc_t acc18[256]; for (int k = 0; k < 32; ++k) acc18[k] = (acc_t)0.0;
+    acc_t acc24[256]; for (int k = 0; k < 32; ++k) acc24[k] = (acc_t)0.0;
+    acc_t acc47[256]; for (int k = 0; k < 32; ++k) acc47[k] = (acc_t)0.0;
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v2 = b2 + nbr * 4;
+      const scalar_t* v1 = b1 + nbr * 32;
+      if (j + 16 < end) {
+        const auto* ahead = b1 + nbrs[j + 16] * 32;
+        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
       }
+      acc_t t9[256];
+      acc_t t33[256];
       #pragma omp simd
-      for (int k = 0; k < 4; ++k) {
-        v19[(c0 + k)] = acc19[k];
+      for (int64_t o0 = 0; o0 < 4; ++o0) {
+        const acc_t s4 = (v2[o0] + v3[o0]);
+        const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
+        const acc_t s8 = (s5 + v7[o0]);
+        const acc_t s9 = seastar_exp(s8);
+        const acc_t s23 = ((acc_t)0.0 * s9);
+        const bool s29 = (s4 > (acc_t)0.0);
+        const acc_t s31 = (s29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+        const acc_t s32 = (v11[o0] * s9);
+        const acc_t s33 = (s32 * s31);
+        acc24[o0] += s23;
+        t9[o0] = s9;
+        t33[o0] = s33;
+      }
+      for (int64_t o0 = 0; o0 < 4; ++o0) {
+      #pragma omp simd
+      for (int64_t k = 0; k < 8; ++k) {
+          const acc_t e17 = (t9[o0] * v1[o0 * 8 + k]);
+          const acc_t e46 = (t33[o0] * v1[o0 * 8 + k]);
+          acc18[o0 * (8) + k] += e17;
+          acc47[o0 * (8) + k] += e46;
+      }
       }
     }
-    const acc_t* v11 = b5 + r * 4;
-    acc_t v12[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v12[i0] = ((acc_t)1 / v11[i0]);
+    for (int64_t o0 = 0; o0 < 4; ++o0) {
+    #pragma omp simd
+    for (int64_t k = 0; k < 8; ++k) {
+        v18[o0 * 8 + k] = acc18[o0 * (8) + k];
+        v47[o0 * 8 + k] = acc47[o0 * (8) + k];
     }
-    acc_t v20[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v20[i0] = (v12[i0] * v12[i0]);
     }
-    acc_t v21[4];
+    #pragma omp simd
+    for (int64_t o0 = 0; o0 < 4; ++o0) {
+      v24[o0] = acc24[o0];
+    }
+    acc_t v40[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v21[i0] = (v19[i0] * v20[i0]);
+      v40[i0] = ((acc_t)0.0 * v11[i0]);
+    }
+    acc_t v19[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v19[i0 * 8 + i1] = (acc_t)(v18[i0 * 8 + i1] != (acc_t)0.0);
+    }
+    const scalar_t* v0 = b0 + r * 32;
+    acc_t v20[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v20[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v18[i0 * 8 + i1]);
+    }
+    acc_t v21[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v21[i0 * 8 + i1] = (v19[i0 * 8 + i1] != 0 ? v20[i0 * 8 + i1] : (acc_t)0.0);
     }
     acc_t v22[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v22[i0] = (-v21[i0]);
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v21[i0 * 8 + j1];
+      v22[i0] = total;
     }
-    acc_t v32[4];
+    acc_t v25[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v25[i0] = (v22[i0] + v24[i0]);
+    }
+    acc_t v26[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v26[i0] = (v11[i0] * v11[i0]);
+    }
+    acc_t v27[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v27[i0] = (v25[i0] * v26[i0]);
+    }
+    acc_t v28[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v28[i0] = (-v27[i0]);
+    }
+    acc_t v41[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v41[i0] = (v40[i0] + v28[i0]);
+    }
+    acc_t v52[4];
     for (int64_t c0 = 0; c0 < 4; c0 += 64) {
-      acc_t acc32[64]; for (int k = 0; k < 64; ++k) acc32[k] = (acc_t)0.0;
+      acc_t acc52[64]; for (int k = 0; k < 64; ++k) acc52[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
-        const scalar_t* v3 = b2 + nbr * 4;
-        const scalar_t* v1 = b1 + nbr * 32;
-        if (j + 16 < end) {
-          const auto* ahead = b1 + nbrs[j + 16] * 32 + c0 * 8 + 0;
-          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-        }
-        acc_t e15[64];
-        for (int k = 0; k < 4; ++k) {
-          acc_t r15 = 0;
-          #pragma omp simd reduction(+:r15)
-          for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) r15 += (v0[(c0 + k) * 8 + r15_1] * v1[(c0 + k) * 8 + r15_1]);
-          e15[k] = r15;
-        }
+        const scalar_t* v2 = b2 + nbr * 4;
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
-          const acc_t e5 = (v3[(c0 + k)] + v4[(c0 + k)]);
-          const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-          const acc_t e9 = (e6 + v8[(c0 + k)]);
-          const acc_t e10 = seastar_exp(e9);
-          const acc_t e17 = (e15[k] * v12[(c0 + k)]);
-          const acc_t e23 = (e17 + v22[(c0 + k)]);
-          const acc_t e24 = (e23 * e10);
-          const bool e26 = (e5 > (acc_t)0.0);
-          const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-          const acc_t e30 = (e24 * e29);
-          acc32[k] += e30;
+          const acc_t e4 = (v2[(c0 + k)] + v3[(c0 + k)]);
+          const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
+          const acc_t e8 = (e5 + v7[(c0 + k)]);
+          const acc_t e9 = seastar_exp(e8);
+          const bool e29 = (e4 > (acc_t)0.0);
+          const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t e42 = (v41[(c0 + k)] * e9);
+          const acc_t e43 = (e42 * e31);
+          acc52[k] += e43;
         }
       }
       #pragma omp simd
       for (int k = 0; k < 4; ++k) {
-        v32[(c0 + k)] = acc32[k];
+        v52[(c0 + k)] = acc52[k];
       }
     }
+    acc_t v48[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v48[i0 * 8 + i1] = (acc_t)(v47[i0 * 8 + i1] != (acc_t)0.0);
+    }
+    acc_t v49[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v49[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v47[i0 * 8 + i1]);
+    }
+    acc_t v50[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v50[i0 * 8 + i1] = (v48[i0 * 8 + i1] != 0 ? v49[i0 * 8 + i1] : (acc_t)0.0);
+    }
+    acc_t v51[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      b7[r * 4 + i0] = v32[i0];
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v50[i0 * 8 + j1];
+      v51[i0] = total;
+    }
+    acc_t v53[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v53[i0] = (v51[i0] + v52[i0]);
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      b9[r * 4 + i0] = v19[i0];
+      b7[r * 4 + i0] = v53[i0];
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      b9[r * 4 + i0] = v22[i0];
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      b10[r * 4 + i0] = v24[i0];
     }
   }
 }
@@ -370,81 +431,108 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:22@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:24@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
-    const scalar_t* v3 = b2 + r * 4;
-    const scalar_t* v1 = b1 + r * 32;
-    acc_t v16[32];
-    acc_t v31[4];
-    acc_t acc16[256]; for (int k = 0; k < 32; ++k) acc16[k] = (acc_t)0.0;
-    acc_t acc31[256]; for (int k = 0; k < 32; ++k) acc31[k] = (acc_t)0.0;
+    const scalar_t* v2 = b2 + r * 4;
+    acc_t v14[32];
+    acc_t v35[32];
+    acc_t v44[4];
+    acc_t acc14[256]; for (int k = 0; k < 32; ++k) acc14[k] = (acc_t)0.0;
+    acc_t acc35[256]; for (int k = 0; k < 32; ++k) acc35[k] = (acc_t)0.0;
+    acc_t acc44[256]; for (int k = 0; k < 32; ++k) acc44[k] = (acc_t)0.0;
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
-      const scalar_t* v4 = b3 + nbr * 4;
-      const acc_t* v7 = b4 + nbr * 4;
-      const acc_t* v11 = b5 + nbr * 4;
+      const scalar_t* v3 = b3 + nbr * 4;
+      const acc_t* v6 = b4 + nbr * 4;
+      const acc_t* v10 = b5 + nbr * 4;
       const scalar_t* v0 = b0 + nbr * 32;
-      const acc_t* v19 = b9 + nbr * 4;
+      const acc_t* v22 = b9 + nbr * 4;
+      const acc_t* v24 = b10 + nbr * 4;
       if (j + 16 < end) {
         const auto* ahead = b0 + nbrs[j + 16] * 32;
         for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
       }
-      acc_t t13[256];
-      acc_t t15[256];
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-        acc_t s15 = 0;
-        #pragma omp simd reduction(+:s15)
-        for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) s15 += (v0[o0 * 8 + r15_1] * v1[o0 * 8 + r15_1]);
-        t15[o0] = s15;
-      }
+      acc_t t12[256];
+      acc_t t33[256];
       #pragma omp simd
       for (int64_t o0 = 0; o0 < 4; ++o0) {
-        const acc_t s5 = (v3[o0] + v4[o0]);
-        const acc_t s6 = (s5 > 0 ? s5 : s5 * (acc_t)0.2);
-        const acc_t s8 = (-v7[o0]);
-        const acc_t s9 = (s6 + s8);
-        const acc_t s10 = seastar_exp(s9);
-        const acc_t s12 = ((acc_t)1 / v11[o0]);
-        const acc_t s13 = (s10 * s12);
-        const acc_t s17 = (t15[o0] * s12);
-        const acc_t s20 = (s12 * s12);
-        const acc_t s21 = (v19[o0] * s20);
-        const acc_t s22 = (-s21);
-        const acc_t s23 = (s17 + s22);
-        const acc_t s24 = (s23 * s10);
-        const bool s26 = (s5 > (acc_t)0.0);
-        const acc_t s29 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s30 = (s24 * s29);
-        acc31[o0] += s30;
-        t13[o0] = s13;
+        const acc_t s4 = (v2[o0] + v3[o0]);
+        const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
+        const acc_t s7 = (-v6[o0]);
+        const acc_t s8 = (s5 + s7);
+        const acc_t s9 = seastar_exp(s8);
+        const acc_t s11 = ((acc_t)1 / v10[o0]);
+        const acc_t s12 = (s9 * s11);
+        const acc_t s25 = (v22[o0] + v24[o0]);
+        const acc_t s26 = (s11 * s11);
+        const acc_t s27 = (s25 * s26);
+        const acc_t s28 = (-s27);
+        const bool s29 = (s4 > (acc_t)0.0);
+        const acc_t s31 = (s29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+        const acc_t s32 = (s11 * s9);
+        const acc_t s33 = (s32 * s31);
+        const acc_t s40 = ((acc_t)0.0 * s11);
+        const acc_t s41 = (s40 + s28);
+        const acc_t s42 = (s41 * s9);
+        const acc_t s43 = (s42 * s31);
+        acc44[o0] += s43;
+        t12[o0] = s12;
+        t33[o0] = s33;
       }
       for (int64_t o0 = 0; o0 < 4; ++o0) {
       #pragma omp simd
       for (int64_t k = 0; k < 8; ++k) {
-          const acc_t e14 = (v0[o0 * 8 + k] * t13[o0]);
-          acc16[o0 * (8) + k] += e14;
+          const acc_t e13 = (v0[o0 * 8 + k] * t12[o0]);
+          const acc_t e34 = (t33[o0] * v0[o0 * 8 + k]);
+          acc14[o0 * (8) + k] += e13;
+          acc35[o0 * (8) + k] += e34;
       }
       }
     }
     for (int64_t o0 = 0; o0 < 4; ++o0) {
     #pragma omp simd
     for (int64_t k = 0; k < 8; ++k) {
-        v16[o0 * 8 + k] = acc16[o0 * (8) + k];
+        v14[o0 * 8 + k] = acc14[o0 * (8) + k];
+        v35[o0 * 8 + k] = acc35[o0 * (8) + k];
     }
     }
     #pragma omp simd
     for (int64_t o0 = 0; o0 < 4; ++o0) {
-      v31[o0] = acc31[o0];
+      v44[o0] = acc44[o0];
+    }
+    acc_t v36[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v36[i0 * 8 + i1] = (acc_t)(v35[i0 * 8 + i1] != (acc_t)0.0);
+    }
+    const scalar_t* v1 = b1 + r * 32;
+    acc_t v37[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v37[i0 * 8 + i1] = (v1[i0 * 8 + i1] * v35[i0 * 8 + i1]);
+    }
+    acc_t v38[32];
+    for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
+      v38[i0 * 8 + i1] = (v36[i0 * 8 + i1] != 0 ? v37[i0 * 8 + i1] : (acc_t)0.0);
+    }
+    acc_t v39[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v38[i0 * 8 + j1];
+      v39[i0] = total;
+    }
+    acc_t v45[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v45[i0] = (v39[i0] + v44[i0]);
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      b6[r * 4 + i0] = v31[i0];
+      b6[r * 4 + i0] = v45[i0];
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      b8[r * 32 + i0 * 8 + i1] = v16[i0 * 8 + i1];
+      b8[r * 32 + i0 * 8 + i1] = v14[i0 * 8 + i1];
     }
   }
 }
@@ -459,12 +547,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[6] != sizes[0] * 4) return 7;  // gradient:el@src [4, 1]
   if (numels[7] != sizes[1] * 4) return 8;  // gradient:er@dst [4, 1]
   if (numels[8] != sizes[0] * 32) return 9;  // gradient:h@src [4, 8]
-  if (numels[9] != sizes[1] * 4) return 10;  // temp:19@dst [4, 1]
+  if (numels[9] != sizes[1] * 4) return 10;  // temp:22@dst [4, 1]
+  if (numels[10] != sizes[1] * 4) return 11;  // temp:24@dst [4, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
-  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
+  for (int k = 0; k < 11; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
   p.scratch_per_row = 0;

@@ -211,7 +211,7 @@ struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
   const int64_t* graph[8];
-  void* buffers[10];
+  void* buffers[11];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
@@ -232,7 +232,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:22@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:24@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -247,33 +248,73 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
-    const scalar_t* v0 = b0 + r * 32;
-    const scalar_t* v4 = b3 + r * 4;
-    const acc_t* v7 = b4 + r * 4;
-    acc_t v8[4];
+    const scalar_t* v3 = b3 + r * 4;
+    const acc_t* v6 = b4 + r * 4;
+    acc_t v7[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v8[i0] = (-v7[i0]);
+      v7[i0] = (-v6[i0]);
     }
-    acc_t* __restrict__ v19 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
-      acc_t acc19[4]; for (int k = 0; k < 4; ++k) acc19[k] = (acc_t)0.0;
+    const acc_t* v10 = b5 + r * 4;
+    acc_t v11[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v11[i0] = ((acc_t)1 / v10[i0]);
+    }
+    acc_t* __restrict__ v18 = scratch + 0;
+    acc_t* __restrict__ v47 = scratch + (32);
+    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+      acc_t acc18[4]; for (int k = 0; k < 4; ++k) acc18[k] = (acc_t)0.0;
+      acc_t acc47[4]; for (int k = 0; k < 4; ++k) acc47[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
-        const scalar_t* v3 = b2 + nbr * 4;
+        const scalar_t* v2 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 32) {
+            const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
+            const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
+            const acc_t e8 = (e5 + v7[(f / (8))]);
+            const acc_t e9 = expf(e8);
+            const acc_t e17 = (e9 * v1[f]);
+            const bool e29 = (e4 > (acc_t)0.0);
+            const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e32 = (v11[(f / (8))] * e9);
+            const acc_t e33 = (e32 * e31);
+            const acc_t e46 = (e33 * v1[f]);
+            acc18[k] += e17;
+            acc47[k] += e46;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 32) {
+          v18[f] = acc18[k];
+          v47[f] = acc47[k];
+        }
+      }
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v24 = scratch + (32) + (32);
+    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+      acc_t acc24[4]; for (int k = 0; k < 4; ++k) acc24[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v2 = b2 + nbr * 4;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 4) {
-            const acc_t e5 = (v3[f] + v4[f]);
-            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-            const acc_t e9 = (e6 + v8[f]);
-            const acc_t e10 = expf(e9);
-            acc_t e15 = 0;
-            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[f * 8 + r15_1] * v1[f * 8 + r15_1]);
-            const acc_t e18 = (e15 * e10);
-            acc19[k] += e18;
+            const acc_t e4 = (v2[f] + v3[f]);
+            const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
+            const acc_t e8 = (e5 + v7[f]);
+            const acc_t e9 = expf(e8);
+            const acc_t e23 = ((acc_t)0.0 * e9);
+            acc24[k] += e23;
           }
         }
       }
@@ -281,53 +322,77 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int k = 0; k < 4; ++k) {
         const int64_t f = f0 + lane + (int64_t)lanes * k;
         if (f < 4) {
-          v19[f] = acc19[k];
+          v24[f] = acc24[k];
         }
       }
     }
     __syncwarp(group_mask);
-    const acc_t* v11 = b5 + r * 4;
-    acc_t v12[4];
+    acc_t v40[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v12[i0] = ((acc_t)1 / v11[i0]);
+      v40[i0] = ((acc_t)0.0 * v11[i0]);
     }
-    acc_t v20[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v20[i0] = (v12[i0] * v12[i0]);
+    acc_t* __restrict__ v19 = scratch + (32) + (32) + (4);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v19[f] = (acc_t)(v18[f] != (acc_t)0.0);
     }
-    acc_t v21[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v21[i0] = (v19[i0] * v20[i0]);
+    __syncwarp(group_mask);
+    const scalar_t* v0 = b0 + r * 32;
+    acc_t* __restrict__ v20 = scratch + (32) + (32) + (4) + (32);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v20[f] = (v0[f] * v18[f]);
     }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v21 = scratch + (32) + (32) + (4) + (32) + (32);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v21[f] = (v19[f] != 0 ? v20[f] : (acc_t)0.0);
+    }
+    __syncwarp(group_mask);
     acc_t v22[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v22[i0] = (-v21[i0]);
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v21[i0 * 8 + j1];
+      v22[i0] = total;
     }
-    acc_t* __restrict__ v32 = scratch + (4);
+    acc_t v25[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v25[i0] = (v22[i0] + v24[i0]);
+    }
+    acc_t v26[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v26[i0] = (v11[i0] * v11[i0]);
+    }
+    acc_t v27[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v27[i0] = (v25[i0] * v26[i0]);
+    }
+    acc_t v28[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v28[i0] = (-v27[i0]);
+    }
+    acc_t v41[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v41[i0] = (v40[i0] + v28[i0]);
+    }
+    acc_t* __restrict__ v52 = scratch + (32) + (32) + (4) + (32) + (32) + (32);
     for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
-      acc_t acc32[4]; for (int k = 0; k < 4; ++k) acc32[k] = (acc_t)0.0;
+      acc_t acc52[4]; for (int k = 0; k < 4; ++k) acc52[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
-        const scalar_t* v3 = b2 + nbr * 4;
-        const scalar_t* v1 = b1 + nbr * 32;
+        const scalar_t* v2 = b2 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 4) {
-            const acc_t e5 = (v3[f] + v4[f]);
-            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-            const acc_t e9 = (e6 + v8[f]);
-            const acc_t e10 = expf(e9);
-            acc_t e15 = 0;
-            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[f * 8 + r15_1] * v1[f * 8 + r15_1]);
-            const acc_t e17 = (e15 * v12[f]);
-            const acc_t e23 = (e17 + v22[f]);
-            const acc_t e24 = (e23 * e10);
-            const bool e26 = (e5 > (acc_t)0.0);
-            const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e30 = (e24 * e29);
-            acc32[k] += e30;
+            const acc_t e4 = (v2[f] + v3[f]);
+            const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
+            const acc_t e8 = (e5 + v7[f]);
+            const acc_t e9 = expf(e8);
+            const bool e29 = (e4 > (acc_t)0.0);
+            const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e42 = (v41[f] * e9);
+            const acc_t e43 = (e42 * e31);
+            acc52[k] += e43;
           }
         }
       }
@@ -335,16 +400,44 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int k = 0; k < 4; ++k) {
         const int64_t f = f0 + lane + (int64_t)lanes * k;
         if (f < 4) {
-          v32[f] = acc32[k];
+          v52[f] = acc52[k];
         }
       }
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 4; f += lanes) {
-      b7[r * 4 + f] = v32[f];
+    acc_t* __restrict__ v48 = scratch + (32) + (32) + (4) + (32) + (32) + (32) + (4);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v48[f] = (acc_t)(v47[f] != (acc_t)0.0);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v49 = scratch + (32) + (32) + (4) + (32) + (32) + (32) + (4) + (32);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v49[f] = (v0[f] * v47[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v50 = scratch + (32) + (32) + (4) + (32) + (32) + (32) + (4) + (32) + (32);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v50[f] = (v48[f] != 0 ? v49[f] : (acc_t)0.0);
+    }
+    __syncwarp(group_mask);
+    acc_t v51[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v50[i0 * 8 + j1];
+      v51[i0] = total;
+    }
+    acc_t v53[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v53[i0] = (v51[i0] + v52[i0]);
     }
     for (int64_t f = lane; f < 4; f += lanes) {
-      b9[r * 4 + f] = v19[f];
+      b7[r * 4 + f] = v53[f];
+    }
+    for (int64_t f = lane; f < 4; f += lanes) {
+      b9[r * 4 + f] = v22[f];
+    }
+    for (int64_t f = lane; f < 4; f += lanes) {
+      b10[r * 4 + f] = v24[f];
     }
     __syncwarp(group_mask);
   }
@@ -365,7 +458,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:19@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:22@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:24@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -380,31 +474,38 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
-    const scalar_t* v3 = b2 + r * 4;
-    const scalar_t* v1 = b1 + r * 32;
-    acc_t* __restrict__ v16 = scratch + 0;
+    const scalar_t* v2 = b2 + r * 4;
+    acc_t* __restrict__ v14 = scratch + 0;
+    acc_t* __restrict__ v35 = scratch + (32);
     for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
-      acc_t acc16[4]; for (int k = 0; k < 4; ++k) acc16[k] = (acc_t)0.0;
+      acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
+      acc_t acc35[4]; for (int k = 0; k < 4; ++k) acc35[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
-        const scalar_t* v4 = b3 + nbr * 4;
-        const acc_t* v7 = b4 + nbr * 4;
-        const acc_t* v11 = b5 + nbr * 4;
+        const scalar_t* v3 = b3 + nbr * 4;
+        const acc_t* v6 = b4 + nbr * 4;
+        const acc_t* v10 = b5 + nbr * 4;
         const scalar_t* v0 = b0 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 32) {
-            const acc_t e5 = (v3[(f / (8))] + v4[(f / (8))]);
-            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-            const acc_t e8 = (-v7[(f / (8))]);
-            const acc_t e9 = (e6 + e8);
-            const acc_t e10 = expf(e9);
-            const acc_t e12 = ((acc_t)1 / v11[(f / (8))]);
-            const acc_t e13 = (e10 * e12);
-            const acc_t e14 = (v0[f] * e13);
-            acc16[k] += e14;
+            const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
+            const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
+            const acc_t e7 = (-v6[(f / (8))]);
+            const acc_t e8 = (e5 + e7);
+            const acc_t e9 = expf(e8);
+            const acc_t e11 = ((acc_t)1 / v10[(f / (8))]);
+            const acc_t e12 = (e9 * e11);
+            const acc_t e13 = (v0[f] * e12);
+            const bool e29 = (e4 > (acc_t)0.0);
+            const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e32 = (e11 * e9);
+            const acc_t e33 = (e32 * e31);
+            const acc_t e34 = (e33 * v0[f]);
+            acc14[k] += e13;
+            acc35[k] += e34;
           }
         }
       }
@@ -412,44 +513,44 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       for (int k = 0; k < 4; ++k) {
         const int64_t f = f0 + lane + (int64_t)lanes * k;
         if (f < 32) {
-          v16[f] = acc16[k];
+          v14[f] = acc14[k];
+          v35[f] = acc35[k];
         }
       }
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v31 = scratch + (32);
+    acc_t* __restrict__ v44 = scratch + (32) + (32);
     for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
-      acc_t acc31[4]; for (int k = 0; k < 4; ++k) acc31[k] = (acc_t)0.0;
+      acc_t acc44[4]; for (int k = 0; k < 4; ++k) acc44[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
-        const scalar_t* v4 = b3 + nbr * 4;
-        const acc_t* v7 = b4 + nbr * 4;
-        const acc_t* v11 = b5 + nbr * 4;
-        const scalar_t* v0 = b0 + nbr * 32;
-        const acc_t* v19 = b9 + nbr * 4;
+        const scalar_t* v3 = b3 + nbr * 4;
+        const acc_t* v6 = b4 + nbr * 4;
+        const acc_t* v10 = b5 + nbr * 4;
+        const acc_t* v22 = b9 + nbr * 4;
+        const acc_t* v24 = b10 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 4) {
-            const acc_t e5 = (v3[f] + v4[f]);
-            const acc_t e6 = (e5 > 0 ? e5 : e5 * (acc_t)0.2);
-            const acc_t e8 = (-v7[f]);
-            const acc_t e9 = (e6 + e8);
-            const acc_t e10 = expf(e9);
-            const acc_t e12 = ((acc_t)1 / v11[f]);
-            acc_t e15 = 0;
-            for (int64_t r15_1 = 0; r15_1 < 8; ++r15_1) e15 += (v0[f * 8 + r15_1] * v1[f * 8 + r15_1]);
-            const acc_t e17 = (e15 * e12);
-            const acc_t e20 = (e12 * e12);
-            const acc_t e21 = (v19[f] * e20);
-            const acc_t e22 = (-e21);
-            const acc_t e23 = (e17 + e22);
-            const acc_t e24 = (e23 * e10);
-            const bool e26 = (e5 > (acc_t)0.0);
-            const acc_t e29 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e30 = (e24 * e29);
-            acc31[k] += e30;
+            const acc_t e4 = (v2[f] + v3[f]);
+            const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
+            const acc_t e7 = (-v6[f]);
+            const acc_t e8 = (e5 + e7);
+            const acc_t e9 = expf(e8);
+            const acc_t e11 = ((acc_t)1 / v10[f]);
+            const acc_t e25 = (v22[f] + v24[f]);
+            const acc_t e26 = (e11 * e11);
+            const acc_t e27 = (e25 * e26);
+            const acc_t e28 = (-e27);
+            const bool e29 = (e4 > (acc_t)0.0);
+            const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e40 = ((acc_t)0.0 * e11);
+            const acc_t e41 = (e40 + e28);
+            const acc_t e42 = (e41 * e9);
+            const acc_t e43 = (e42 * e31);
+            acc44[k] += e43;
           }
         }
       }
@@ -457,16 +558,42 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       for (int k = 0; k < 4; ++k) {
         const int64_t f = f0 + lane + (int64_t)lanes * k;
         if (f < 4) {
-          v31[f] = acc31[k];
+          v44[f] = acc44[k];
         }
       }
     }
     __syncwarp(group_mask);
+    acc_t* __restrict__ v36 = scratch + (32) + (32) + (4);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v36[f] = (acc_t)(v35[f] != (acc_t)0.0);
+    }
+    __syncwarp(group_mask);
+    const scalar_t* v1 = b1 + r * 32;
+    acc_t* __restrict__ v37 = scratch + (32) + (32) + (4) + (32);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v37[f] = (v1[f] * v35[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v38 = scratch + (32) + (32) + (4) + (32) + (32);
+    for (int64_t f = lane; f < 32; f += lanes) {
+      v38[f] = (v36[f] != 0 ? v37[f] : (acc_t)0.0);
+    }
+    __syncwarp(group_mask);
+    acc_t v39[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v38[i0 * 8 + j1];
+      v39[i0] = total;
+    }
+    acc_t v45[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v45[i0] = (v39[i0] + v44[i0]);
+    }
     for (int64_t f = lane; f < 4; f += lanes) {
-      b6[r * 4 + f] = v31[f];
+      b6[r * 4 + f] = v45[f];
     }
     for (int64_t f = lane; f < 32; f += lanes) {
-      b8[r * 32 + f] = v16[f];
+      b8[r * 32 + f] = v14[f];
     }
     __syncwarp(group_mask);
   }
@@ -482,21 +609,22 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[6] != sizes[0] * 4) return 7;  // gradient:el@src [4, 1]
   if (numels[7] != sizes[1] * 4) return 8;  // gradient:er@dst [4, 1]
   if (numels[8] != sizes[0] * 32) return 9;  // gradient:h@src [4, 8]
-  if (numels[9] != sizes[1] * 4) return 10;  // temp:19@dst [4, 1]
+  if (numels[9] != sizes[1] * 4) return 10;  // temp:22@dst [4, 1]
+  if (numels[10] != sizes[1] * 4) return 11;  // temp:24@dst [4, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
-  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
+  for (int k = 0; k < 11; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
   {
-    const int64_t widest = 4;
+    const int64_t widest = std::max<int64_t>(32, 4);
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (4) + (4);
+    p.scratch_per_row = (32) + (32) + (4) + (32) + (32) + (32) + (4) + (32) + (32) + (32);
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
@@ -526,7 +654,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (32) + (4);
+    p.scratch_per_row = (32) + (32) + (4) + (32) + (32) + (32);
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;

@@ -271,7 +271,7 @@ struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
   const int64_t* graph[8];
-  void* buffers[10];
+  void* buffers[11];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
@@ -292,11 +292,61 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:37@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:42@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:44@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const scalar_t* v5 = b1 + r * 10;
+    const acc_t* v20 = b4 + r * 2;
+    acc_t v21[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v21[i0] = (-v20[i0]);
+    }
+    acc_t v38[10];
+    acc_t v44[2];
+    acc_t acc38[256]; for (int k = 0; k < 10; ++k) acc38[k] = (acc_t)0.0;
+    acc_t acc44[256]; for (int k = 0; k < 10; ++k) acc44[k] = (acc_t)0.0;
+    for (int64_t j = begin; j < end; ++j) {
+      const int64_t nbr = nbrs[j], eid = eids[j];
+      (void)nbr; (void)eid;
+      const scalar_t* v15 = b3 + nbr * 10;
+      acc_t t23[256];
+      acc_t t19[256];
+      for (int64_t o0 = 0; o0 < 2; ++o0) {
+        acc_t s19 = 0;
+        #pragma omp simd reduction(+:s19)
+        for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) s19 += (v15[o0 * 5 + r19_1] * v5[o0 * 5 + r19_1]);
+        t19[o0] = s19;
+      }
+      #pragma omp simd
+      for (int64_t o0 = 0; o0 < 2; ++o0) {
+        const acc_t s22 = (t19[o0] + v21[o0]);
+        const acc_t s23 = seastar_exp(s22);
+        const acc_t s43 = ((acc_t)0.0 * s23);
+        acc44[o0] += s43;
+        t23[o0] = s23;
+      }
+      for (int64_t o0 = 0; o0 < 2; ++o0) {
+      #pragma omp simd
+      for (int64_t k = 0; k < 5; ++k) {
+          const acc_t e16 = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[o0 * 5 + k])));
+          const acc_t e37 = (t23[o0] * e16);
+          acc38[o0 * (5) + k] += e37;
+      }
+      }
+    }
+    for (int64_t o0 = 0; o0 < 2; ++o0) {
+    #pragma omp simd
+    for (int64_t k = 0; k < 5; ++k) {
+        v38[o0 * 5 + k] = acc38[o0 * (5) + k];
+    }
+    }
+    #pragma omp simd
+    for (int64_t o0 = 0; o0 < 2; ++o0) {
+      v44[o0] = acc44[o0];
+    }
     const scalar_t* v0 = b0 + r * 5;
     acc_t v1[1];
     {
@@ -332,66 +382,48 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
       v14[i0 * 5 + i1] = (v10[i0 * 5 + i1] + v13[i0 * 5 + i1]);
     }
-    const scalar_t* v5 = b1 + r * 10;
-    const acc_t* v20 = b4 + r * 2;
-    acc_t v21[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v21[i0] = (-v20[i0]);
-    }
-    acc_t v37[2];
-    for (int64_t c0 = 0; c0 < 2; c0 += 64) {
-      acc_t acc37[64]; for (int k = 0; k < 64; ++k) acc37[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v15 = b3 + nbr * 10;
-        acc_t e19[64];
-        for (int k = 0; k < 2; ++k) {
-          acc_t r19 = 0;
-          #pragma omp simd reduction(+:r19)
-          for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) r19 += (v15[(c0 + k) * 5 + r19_1] * v5[(c0 + k) * 5 + r19_1]);
-          e19[k] = r19;
-        }
-        acc_t e28[64];
-        for (int k = 0; k < 2; ++k) {
-          acc_t r28 = 0;
-          #pragma omp simd reduction(+:r28)
-          for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) r28 += (v14[(c0 + k) * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[(c0 + k) * 5 + r28_1]))));
-          e28[k] = r28;
-        }
-        #pragma omp simd
-        for (int k = 0; k < 2; ++k) {
-          const acc_t e22 = (e19[k] + v21[(c0 + k)]);
-          const acc_t e23 = seastar_exp(e22);
-          const acc_t e36 = (e28[k] * e23);
-          acc37[k] += e36;
-        }
-      }
-      #pragma omp simd
-      for (int k = 0; k < 2; ++k) {
-        v37[(c0 + k)] = acc37[k];
-      }
-    }
     const acc_t* v24 = b5 + r * 2;
     acc_t v25[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v25[i0] = ((acc_t)1 / v24[i0]);
     }
-    acc_t v38[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v38[i0] = (v25[i0] * v25[i0]);
-    }
-    acc_t v39[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v39[i0] = (v37[i0] * v38[i0]);
-    }
-    acc_t v40[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v40[i0] = (-v39[i0]);
-    }
-    acc_t v48[10];
+    acc_t v39[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v48[i0 * 5 + i1] = (acc_t)0.0;
+      v39[i0 * 5 + i1] = (acc_t)(v38[i0 * 5 + i1] != (acc_t)0.0);
+    }
+    acc_t v40[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v40[i0 * 5 + i1] = (v14[i0 * 5 + i1] * v38[i0 * 5 + i1]);
+    }
+    acc_t v41[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v41[i0 * 5 + i1] = (v39[i0 * 5 + i1] != 0 ? v40[i0 * 5 + i1] : (acc_t)0.0);
+    }
+    acc_t v42[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 5; ++j1) total += v41[i0 * 5 + j1];
+      v42[i0] = total;
+    }
+    acc_t v45[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v45[i0] = (v42[i0] + v44[i0]);
+    }
+    acc_t v46[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v46[i0] = (v25[i0] * v25[i0]);
+    }
+    acc_t v47[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v47[i0] = (v45[i0] * v46[i0]);
+    }
+    acc_t v48[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v48[i0] = (-v47[i0]);
+    }
+    acc_t v56[10];
+    for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
+      v56[i0 * 5 + i1] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
@@ -415,9 +447,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      acc_t v41[2];
+      acc_t v49[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v41[i0] = (v35[i0] + v40[i0]);
+        v49[i0] = (v35[i0] + v48[i0]);
       }
       acc_t v18[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
@@ -437,34 +469,37 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v23[i0] = seastar_exp(v22[i0]);
       }
-      acc_t v42[2];
+      acc_t v50[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v42[i0] = (v41[i0] * v23[i0]);
+        v50[i0] = (v49[i0] * v23[i0]);
       }
-      acc_t v43[10];
+      acc_t v51[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v43[i0 * 5 + i1] = v42[i0];
+        v51[i0 * 5 + i1] = v50[i0];
       }
-      acc_t v45[10];
+      acc_t v53[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v45[i0 * 5 + i1] = (v43[i0 * 5 + i1] * v15[i0 * 5 + i1]);
+        v53[i0 * 5 + i1] = (v51[i0 * 5 + i1] * v15[i0 * 5 + i1]);
       }
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v48[i0 * 5 + i1] += v45[i0 * 5 + i1];
+        v56[i0 * 5 + i1] += v53[i0 * 5 + i1];
       }
     }
-    acc_t v49[10];
+    acc_t v57[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v49[i0 * 5 + i1] = (v14[i0 * 5 + i1] + v48[i0 * 5 + i1]);
+      v57[i0 * 5 + i1] = (v14[i0 * 5 + i1] + v56[i0 * 5 + i1]);
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      b7[r * 10 + i0 * 5 + i1] = v49[i0 * 5 + i1];
+      b7[r * 10 + i0 * 5 + i1] = v57[i0 * 5 + i1];
     }
     {
       b8[r * 1 + 0] = v1[0];
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) {
-      b9[r * 2 + i0] = v37[i0];
+      b9[r * 2 + i0] = v42[i0];
+    }
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      b10[r * 2 + i0] = v44[i0];
     }
   }
 }
@@ -483,7 +518,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:37@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:42@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:44@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -497,9 +533,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
       v29[i0 * 5 + i1] = (acc_t)0.0;
     }
-    acc_t v46[10];
+    acc_t v54[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v46[i0 * 5 + i1] = (acc_t)0.0;
+      v54[i0 * 5 + i1] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
@@ -588,37 +624,42 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      const acc_t* v37 = b9 + nbr * 2;
-      acc_t v38[2];
+      const acc_t* v42 = b9 + nbr * 2;
+      const acc_t* v44 = b10 + nbr * 2;
+      acc_t v45[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v38[i0] = (v25[i0] * v25[i0]);
+        v45[i0] = (v42[i0] + v44[i0]);
       }
-      acc_t v39[2];
+      acc_t v46[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v39[i0] = (v37[i0] * v38[i0]);
+        v46[i0] = (v25[i0] * v25[i0]);
       }
-      acc_t v40[2];
+      acc_t v47[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v40[i0] = (-v39[i0]);
+        v47[i0] = (v45[i0] * v46[i0]);
       }
-      acc_t v41[2];
+      acc_t v48[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v41[i0] = (v35[i0] + v40[i0]);
+        v48[i0] = (-v47[i0]);
       }
-      acc_t v42[2];
+      acc_t v49[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v42[i0] = (v41[i0] * v23[i0]);
+        v49[i0] = (v35[i0] + v48[i0]);
       }
-      acc_t v43[10];
+      acc_t v50[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v50[i0] = (v49[i0] * v23[i0]);
+      }
+      acc_t v51[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v43[i0 * 5 + i1] = v42[i0];
+        v51[i0 * 5 + i1] = v50[i0];
       }
-      acc_t v44[10];
+      acc_t v52[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v44[i0 * 5 + i1] = (v43[i0 * 5 + i1] * v5[i0 * 5 + i1]);
+        v52[i0 * 5 + i1] = (v51[i0 * 5 + i1] * v5[i0 * 5 + i1]);
       }
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v46[i0 * 5 + i1] += v44[i0 * 5 + i1];
+        v54[i0 * 5 + i1] += v52[i0 * 5 + i1];
       }
     }
     acc_t v31[10];
@@ -637,12 +678,12 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
       v34[i0 * 5 + i1] = (v29[i0 * 5 + i1] * v33[i0 * 5 + i1]);
     }
-    acc_t v47[10];
+    acc_t v55[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v47[i0 * 5 + i1] = (v34[i0 * 5 + i1] + v46[i0 * 5 + i1]);
+      v55[i0 * 5 + i1] = (v34[i0 * 5 + i1] + v54[i0 * 5 + i1]);
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      b6[r * 10 + i0 * 5 + i1] = v47[i0 * 5 + i1];
+      b6[r * 10 + i0 * 5 + i1] = v55[i0 * 5 + i1];
     }
   }
 }
@@ -657,12 +698,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[6] != sizes[0] * 10) return 7;  // gradient:h@src [2, 5]
   if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
   if (numels[8] != sizes[1] * 1) return 9;  // temp:1@dst [1]
-  if (numels[9] != sizes[1] * 2) return 10;  // temp:37@dst [2, 1]
+  if (numels[9] != sizes[1] * 2) return 10;  // temp:42@dst [2, 1]
+  if (numels[10] != sizes[1] * 2) return 11;  // temp:44@dst [2, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
-  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
+  for (int k = 0; k < 11; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
   p.scratch_per_row = 0;

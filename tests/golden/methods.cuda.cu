@@ -253,7 +253,7 @@ struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
   const int64_t* graph[8];
-  void* buffers[10];
+  void* buffers[11];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
@@ -274,7 +274,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:37@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:42@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:44@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -289,6 +290,71 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const int64_t r = order != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const scalar_t* v5 = b1 + r * 10;
+    const acc_t* v20 = b4 + r * 2;
+    acc_t v21[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v21[i0] = (-v20[i0]);
+    }
+    acc_t* __restrict__ v38 = scratch + 0;
+    for (int64_t f0 = 0; f0 < 10; f0 += (int64_t)lanes * 4) {
+      acc_t acc38[4]; for (int k = 0; k < 4; ++k) acc38[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v15 = b3 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 10) {
+            const acc_t e16 = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
+            acc_t e19 = 0;
+            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(f / (5)) * 5 + r19_1] * v5[(f / (5)) * 5 + r19_1]);
+            const acc_t e22 = (e19 + v21[(f / (5))]);
+            const acc_t e23 = expf(e22);
+            const acc_t e37 = (e23 * e16);
+            acc38[k] += e37;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 10) {
+          v38[f] = acc38[k];
+        }
+      }
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v44 = scratch + (10);
+    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+      acc_t acc44[4]; for (int k = 0; k < 4; ++k) acc44[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        (void)nbr; (void)eid;
+        const scalar_t* v15 = b3 + nbr * 10;
+        #pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          if (f < 2) {
+            acc_t e19 = 0;
+            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[f * 5 + r19_1] * v5[f * 5 + r19_1]);
+            const acc_t e22 = (e19 + v21[f]);
+            const acc_t e23 = expf(e22);
+            const acc_t e43 = ((acc_t)0.0 * e23);
+            acc44[k] += e43;
+          }
+        }
+      }
+      #pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        if (f < 2) {
+          v44[f] = acc44[k];
+        }
+      }
+    }
+    __syncwarp(group_mask);
     const scalar_t* v0 = b0 + r * 5;
     acc_t v1[1];
     {
@@ -307,64 +373,27 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       v8[i0] = v7[0];
     }
     const acc_t* v9 = v8;
-    acc_t* __restrict__ v10 = scratch + 0;
+    acc_t* __restrict__ v10 = scratch + (10) + (2);
     for (int64_t f = lane; f < 10; f += lanes) {
       const int64_t i0 = (f / (5));
       v10[f] = v9[i0];
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v11 = scratch + (10);
+    acc_t* __restrict__ v11 = scratch + (10) + (2) + (10);
     for (int64_t f = lane; f < 5; f += lanes) {
       v11[f] = (v0[f] * (acc_t)0.5);
     }
     __syncwarp(group_mask);
     const acc_t* v12 = v11;
-    acc_t* __restrict__ v13 = scratch + (10) + (5);
+    acc_t* __restrict__ v13 = scratch + (10) + (2) + (10) + (5);
     for (int64_t f = lane; f < 10; f += lanes) {
       const int64_t i1 = (f % (5));
       v13[f] = v12[i1];
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v14 = scratch + (10) + (5) + (10);
+    acc_t* __restrict__ v14 = scratch + (10) + (2) + (10) + (5) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v14[f] = (v10[f] + v13[f]);
-    }
-    __syncwarp(group_mask);
-    const scalar_t* v5 = b1 + r * 10;
-    const acc_t* v20 = b4 + r * 2;
-    acc_t v21[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v21[i0] = (-v20[i0]);
-    }
-    acc_t* __restrict__ v37 = scratch + (10) + (5) + (10) + (10);
-    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
-      acc_t acc37[4]; for (int k = 0; k < 4; ++k) acc37[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v15 = b3 + nbr * 10;
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
-          if (f < 2) {
-            acc_t e19 = 0;
-            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[f * 5 + r19_1] * v5[f * 5 + r19_1]);
-            const acc_t e22 = (e19 + v21[f]);
-            const acc_t e23 = expf(e22);
-            acc_t e28 = 0;
-            for (int64_t r28_1 = 0; r28_1 < 5; ++r28_1) e28 += (v14[f * 5 + r28_1] * ((acc_t)1 / ((acc_t)1 + expf(-v15[f * 5 + r28_1]))));
-            const acc_t e36 = (e28 * e23);
-            acc37[k] += e36;
-          }
-        }
-      }
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
-        if (f < 2) {
-          v37[f] = acc37[k];
-        }
-      }
     }
     __syncwarp(group_mask);
     const acc_t* v24 = b5 + r * 2;
@@ -372,32 +401,57 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v25[i0] = ((acc_t)1 / v24[i0]);
     }
-    acc_t v38[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v38[i0] = (v25[i0] * v25[i0]);
-    }
-    acc_t v39[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v39[i0] = (v37[i0] * v38[i0]);
-    }
-    acc_t v40[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v40[i0] = (-v39[i0]);
-    }
-    acc_t* __restrict__ v48 = scratch + (10) + (5) + (10) + (10) + (2);
+    acc_t* __restrict__ v39 = scratch + (10) + (2) + (10) + (5) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
-      v48[f] = (acc_t)0.0;
+      v39[f] = (acc_t)(v38[f] != (acc_t)0.0);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v40 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v40[f] = (v14[f] * v38[f]);
+    }
+    __syncwarp(group_mask);
+    acc_t* __restrict__ v41 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v41[f] = (v39[f] != 0 ? v40[f] : (acc_t)0.0);
+    }
+    __syncwarp(group_mask);
+    acc_t v42[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      acc_t total = 0;
+      for (int64_t j1 = 0; j1 < 5; ++j1) total += v41[i0 * 5 + j1];
+      v42[i0] = total;
+    }
+    acc_t v45[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v45[i0] = (v42[i0] + v44[i0]);
+    }
+    acc_t v46[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v46[i0] = (v25[i0] * v25[i0]);
+    }
+    acc_t v47[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v47[i0] = (v45[i0] * v46[i0]);
+    }
+    acc_t v48[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v48[i0] = (-v47[i0]);
+    }
+    acc_t* __restrict__ v56 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
+    for (int64_t f = lane; f < 10; f += lanes) {
+      v56[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
       const scalar_t* v15 = b3 + nbr * 10;
-      acc_t* __restrict__ v16 = scratch + (10) + (5) + (10) + (10) + (2) + (10);
+      acc_t* __restrict__ v16 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v17 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10);
+      acc_t* __restrict__ v17 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v17[f] = (v14[f] * v16[f]);
       }
@@ -412,11 +466,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      acc_t v41[2];
+      acc_t v49[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v41[i0] = (v35[i0] + v40[i0]);
+        v49[i0] = (v35[i0] + v48[i0]);
       }
-      acc_t* __restrict__ v18 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10);
+      acc_t* __restrict__ v18 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v18[f] = (v15[f] * v5[f]);
       }
@@ -435,40 +489,43 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v23[i0] = expf(v22[i0]);
       }
-      acc_t v42[2];
+      acc_t v50[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v42[i0] = (v41[i0] * v23[i0]);
+        v50[i0] = (v49[i0] * v23[i0]);
       }
-      acc_t* __restrict__ v43 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v51 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         const int64_t i0 = (f / (5));
-        v43[f] = v42[i0];
+        v51[f] = v50[i0];
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v45 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v53 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
-        v45[f] = (v43[f] * v15[f]);
+        v53[f] = (v51[f] * v15[f]);
       }
       __syncwarp(group_mask);
       for (int64_t f = lane; f < 10; f += lanes) {
-        v48[f] += v45[f];
+        v56[f] += v53[f];
       }
       __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v49 = scratch + (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v57 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
-      v49[f] = (v14[f] + v48[f]);
+      v57[f] = (v14[f] + v56[f]);
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 10; f += lanes) {
-      b7[r * 10 + f] = v49[f];
+      b7[r * 10 + f] = v57[f];
     }
     for (int64_t f = lane; f < 1; f += lanes) {
       b8[r * 1 + f] = v1[f];
     }
     for (int64_t f = lane; f < 2; f += lanes) {
-      b9[r * 2 + f] = v37[f];
+      b9[r * 2 + f] = v42[f];
+    }
+    for (int64_t f = lane; f < 2; f += lanes) {
+      b10[r * 2 + f] = v44[f];
     }
     __syncwarp(group_mask);
   }
@@ -488,7 +545,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:37@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:42@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:44@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -513,9 +571,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     for (int64_t f = lane; f < 10; f += lanes) {
       v29[f] = (acc_t)0.0;
     }
-    acc_t* __restrict__ v46 = scratch + (10) + (10);
+    acc_t* __restrict__ v54 = scratch + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
-      v46[f] = (acc_t)0.0;
+      v54[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
@@ -614,40 +672,45 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      const acc_t* v37 = b9 + nbr * 2;
-      acc_t v38[2];
+      const acc_t* v42 = b9 + nbr * 2;
+      const acc_t* v44 = b10 + nbr * 2;
+      acc_t v45[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v38[i0] = (v25[i0] * v25[i0]);
+        v45[i0] = (v42[i0] + v44[i0]);
       }
-      acc_t v39[2];
+      acc_t v46[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v39[i0] = (v37[i0] * v38[i0]);
+        v46[i0] = (v25[i0] * v25[i0]);
       }
-      acc_t v40[2];
+      acc_t v47[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v40[i0] = (-v39[i0]);
+        v47[i0] = (v45[i0] * v46[i0]);
       }
-      acc_t v41[2];
+      acc_t v48[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v41[i0] = (v35[i0] + v40[i0]);
+        v48[i0] = (-v47[i0]);
       }
-      acc_t v42[2];
+      acc_t v49[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v42[i0] = (v41[i0] * v23[i0]);
+        v49[i0] = (v35[i0] + v48[i0]);
       }
-      acc_t* __restrict__ v43 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
+      acc_t v50[2];
+      for (int64_t i0 = 0; i0 < 2; ++i0) {
+        v50[i0] = (v49[i0] * v23[i0]);
+      }
+      acc_t* __restrict__ v51 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         const int64_t i0 = (f / (5));
-        v43[f] = v42[i0];
+        v51[f] = v50[i0];
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v44 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v52 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
-        v44[f] = (v43[f] * v5[f]);
+        v52[f] = (v51[f] * v5[f]);
       }
       __syncwarp(group_mask);
       for (int64_t f = lane; f < 10; f += lanes) {
-        v46[f] += v44[f];
+        v54[f] += v52[f];
       }
       __syncwarp(group_mask);
     }
@@ -672,13 +735,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       v34[f] = (v29[f] * v33[f]);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v47 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v55 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
-      v47[f] = (v34[f] + v46[f]);
+      v55[f] = (v34[f] + v54[f]);
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 10; f += lanes) {
-      b6[r * 10 + f] = v47[f];
+      b6[r * 10 + f] = v55[f];
     }
     __syncwarp(group_mask);
   }
@@ -694,12 +757,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[6] != sizes[0] * 10) return 7;  // gradient:h@src [2, 5]
   if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
   if (numels[8] != sizes[1] * 1) return 9;  // temp:1@dst [1]
-  if (numels[9] != sizes[1] * 2) return 10;  // temp:37@dst [2, 1]
+  if (numels[9] != sizes[1] * 2) return 10;  // temp:42@dst [2, 1]
+  if (numels[10] != sizes[1] * 2) return 11;  // temp:44@dst [2, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
-  for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
+  for (int k = 0; k < 11; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
@@ -708,7 +772,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (10) + (5) + (10) + (10) + (2) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    p.scratch_per_row = (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
