@@ -5,6 +5,7 @@ import importlib.util
 import itertools
 import re
 
+import pytest
 import torch
 from helpers import assert_close, grads, oracle, random_graph
 from hypothesis import HealthCheck, given, settings
@@ -85,3 +86,25 @@ def test_generated_program_matches_oracle(source, seed, tmp_path):
     inputs = list(used.values()) + ([param] if re.search(r"\bP\b", source) else [])
     # max/min ties (multi-edges, clamped relu/abs regions) split gradients as torch does
     assert_close(grads(out, inputs), grads(expected, inputs))
+
+
+def _max_of_sums(v):
+    # the forward sums each neighbour's features inside its blocked edge loop, the backward's
+    # source-row kernel once per source row
+    return sum(nb.x for nb in v.innbs) + max(nb.x.sum(dim=-1, keepdim=True) for nb in v.innbs) + v.y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("width", [3, 8, 64])
+def test_max_gradient_finds_the_maximum_it_recomputes(width, dtype):
+    """max's gradient recomputes each edge's value and compares it with the saved maximum: both
+    kernels must sum a reduction in the same order, bit for bit, or no edge matches and the gradient
+    is lost (NaN, 0 / 0, before the fix)."""
+    gen = torch.Generator().manual_seed(width)
+    ei = random_graph(N, N, 25, seed=width)
+    x, y = (torch.randn(N, width, generator=gen, dtype=dtype).requires_grad_() for _ in range(2))
+    out = sl.compile(_max_of_sums)(ei, x=x, y=y)
+    expected = oracle(_max_of_sums, ei, N, out, x=x, y=y)
+    tol = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {}
+    assert_close(out, expected, **tol)
+    assert_close(grads(out, [x, y]), grads(expected, [x, y]), **tol)

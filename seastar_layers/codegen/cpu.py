@@ -126,16 +126,6 @@ class CpuDialect(Dialect):
     file_suffix = ".cpp"
     split_reductions = True
 
-    def serial(self, lines: list[str]) -> list[str]:
-        return [line for line in lines if not line.startswith("#pragma omp simd")]
-
-    def vector_reduction(self, name: str, coord: str, extent, term: str) -> list[str]:
-        # a per-head dot product over contiguous channels. Vectorised across the heads instead, it
-        # gathers every operand with the channels' stride: GAT's backward with 1 head of 64
-        # channels took twice as long, and 8 heads of 8 no less
-        return [f"acc_t {name} = 0;", f"#pragma omp simd reduction(+:{name})",
-                f"for (int64_t {coord} = 0; {coord} < {extent}; ++{coord}) {name} += {term};"]
-
     def preamble(self, dtype: str) -> str:
         return ("#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
                 "#include <omp.h>\n" + CLONES)

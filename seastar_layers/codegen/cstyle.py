@@ -291,10 +291,8 @@ class KernelRenderer:
             return flat
         return flat_index(shape, coords, len(self.block_shape))
 
-    def block_value(self, i: int, name: str, coords: list[str], flat: str | None, names: dict[int, str],
-                    serial: bool = False) -> list[str]:
-        """Statements defining `name` as value i at the element with these coordinates (serial: not
-        inside a vectorised loop, so that a reduction may vectorise along its own axis)."""
+    def block_value(self, i: int, name: str, coords: list[str], flat: str | None, names: dict[int, str]) -> list[str]:
+        """Statements defining `name` as value i at the element with these coordinates."""
         n = self.nodes[i]
         if n.op.kind != Kind.REDUCE:
             operands = [self.block_operand(a, coords, flat, names, condition=n.op is Op.WHERE and k == 0)
@@ -317,12 +315,6 @@ class KernelRenderer:
                 x_coords.append(out[out_axis])
                 out_axis += 1
         term = self.inline_expr(x, x_coords, len(x_shape))
-        reduced = [(d, extent) for d, extent in enumerate(x_shape) if d in axes and extent != 1]
-        if serial and len(reduced) == 1:
-            (d, extent), = reduced
-            lines = self.d.vector_reduction(name, f"r{i}_{d}", extent, term)
-            if lines is not None:
-                return lines
         return [f"acc_t {name} = 0;", " ".join(headers + [f"{name} += {term};"])]
 
     def inline_expr(self, i: int, coords: list[str], rank: int, condition: bool = False) -> str:
@@ -409,10 +401,9 @@ class KernelRenderer:
             visit(self.nodes[a].args[0])
         return found
 
-    def slot_loop(self, layout, count: str, size: str, body: list[str], serial: bool = False):
-        opening = self.d.serial(layout.slot_open) if serial else layout.slot_open
-        self.emit(*(line.replace("WIDTH", count).replace("SIZE", size) for line in opening))
-        nesting = sum(line.rstrip().endswith("{") for line in opening)
+    def slot_loop(self, layout, count: str, size: str, body: list[str]):
+        self.emit(*(line.replace("WIDTH", count).replace("SIZE", size) for line in layout.slot_open))
+        nesting = sum(line.rstrip().endswith("{") for line in layout.slot_open)
         self.depth += nesting
         self.emit(*body)
         self.depth -= nesting
@@ -452,7 +443,7 @@ class KernelRenderer:
             else:
                 first_only = []
                 for i in once:
-                    lines = self.block_value(i, f"s{i}", layout.block_coords, None, names, serial=True)
+                    lines = self.block_value(i, f"s{i}", layout.block_coords, None, names)
                     (self.emit(*lines) if i in for_slots else first_only.extend(lines))
                     names[i] = f"s{i}"
                 if per_block:
@@ -470,8 +461,8 @@ class KernelRenderer:
                 if i not in names and self.nodes[i].op.kind == Kind.REDUCE:
                     self.emit(f"acc_t e{i}[{layout.slots}];")
                     self.slot_loop(layout, count, size, self.block_value(i, f"r{i}", layout.slot_coords,
-                                                                         layout.slot_flat, names, serial=True)
-                                   + [f"e{i}[{layout.slot_index}] = r{i};"], serial=True)
+                                                                         layout.slot_flat, names)
+                                   + [f"e{i}[{layout.slot_index}] = r{i};"])
                     names[i] = f"e{i}[{layout.slot_index}]"
         for i in values:
             if i not in names:
@@ -499,7 +490,7 @@ class KernelRenderer:
         outer axis's shape accumulate here."""
         # what does not vary along the heads either (a per-edge scalar) once per edge, before them
         for i in [i for i in once if not varies_along(self.nodes[i].shape, self.block_shape, layout.outer_axis)]:
-            self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names, serial=True))
+            self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
             names[i] = f"s{i}"
         head = {i: flat_index(self.nodes[i].shape, layout.block_coords, len(self.block_shape))
                 for i in once + per_block}
@@ -514,11 +505,10 @@ class KernelRenderer:
         for values, updates in ((reductions, []), (rest, per_block)):
             if not values and not updates:
                 continue
-            serial = values is reductions
-            self.emit(*(self.d.serial(layout.outer_open) if serial else layout.outer_open))
+            self.emit(*layout.outer_open)
             self.depth += 1
             for i in values:
-                self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names, serial=serial))
+                self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
                 names[i] = f"s{i}"
             for a in updates:
                 x = self.block_operand(self.nodes[a].args[0], layout.block_coords, None, names)

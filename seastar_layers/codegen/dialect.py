@@ -101,19 +101,8 @@ class Dialect:
     file_suffix = ".cpp"
     inline_function = "static inline"  # how helper functions kernels call are declared
     # blocked loops compute per-edge reductions over features in a loop of their own before the
-    # loop over slots (or heads) that reads them: on the CPU the loop that reads them then
-    # vectorises across the slots, and the reductions' own loop along the reduced axis
+    # loop over slots (or heads) that reads them: a loop holding an inner loop stays scalar on the CPU
     split_reductions = False
-
-    def serial(self, lines: list[str]) -> list[str]:
-        """A layout's loop opening without what would vectorise it across its iterations: for the loop
-        around split reductions, which vectorise along their own axis instead."""
-        return lines
-
-    def vector_reduction(self, name: str, coord: str, extent, term: str) -> list[str] | None:
-        """A split reduction over one axis, in a serial loop: `name` declared and set to the sum of
-        `term` over `coord` in [0, extent), vectorised along that axis (None: the plain loop)."""
-        return None
 
     def preamble(self, dtype: str) -> str:
         """Includes and helpers before any program; dtype: the storage dtype name."""

@@ -101,9 +101,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 10;
         acc_t e3[64];
+        #pragma omp simd
         for (int k = 0; k < 2; ++k) {
           acc_t r3 = 0;
-          #pragma omp simd reduction(+:r3)
           for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) r3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
           e3[k] = r3;
         }
@@ -134,9 +134,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 10;
         acc_t e3[64];
+        #pragma omp simd
         for (int k = 0; k < 2; ++k) {
           acc_t r3 = 0;
-          #pragma omp simd reduction(+:r3)
           for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) r3 += (v0[(c0 + k) * 5 + r3_1] * v1[(c0 + k) * 5 + r3_1]);
           e3[k] = r3;
         }
@@ -164,9 +164,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       const scalar_t* v0 = b0 + nbr * 10;
       acc_t t10[256];
       acc_t t3[256];
+      #pragma omp simd
       for (int64_t o0 = 0; o0 < 2; ++o0) {
         acc_t s3 = 0;
-        #pragma omp simd reduction(+:s3)
         for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
         t3[o0] = s3;
       }
@@ -314,9 +314,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       const scalar_t* v15 = b3 + nbr * 10;
       acc_t t23[256];
       acc_t t19[256];
+      #pragma omp simd
       for (int64_t o0 = 0; o0 < 2; ++o0) {
         acc_t s19 = 0;
-        #pragma omp simd reduction(+:s19)
         for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) s19 += (v15[o0 * 5 + r19_1] * v5[o0 * 5 + r19_1]);
         t19[o0] = s19;
       }
