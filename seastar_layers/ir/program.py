@@ -276,10 +276,12 @@ def dead_code_elimination(prog: Program) -> Program:
     return Program(tuple(nodes), tuple((name, remap[i]) for name, i in prog.outputs))
 
 
-def rebuild(prog: Program, visit) -> tuple[Builder, dict[int, int]]:
-    """Copy prog into a new Builder; visit(builder, node, new_args) may emit a replacement."""
+def rebuild(prog: Program, visit, remap: dict[int, int] | None = None) -> tuple[Builder, dict[int, int]]:
+    """Copy prog into a new Builder; visit(builder, index, node, new_args) may emit a replacement.
+    remap (old node -> new, filled as the copy goes) may be the visitor's own, for a replacement
+    built from earlier nodes' copies."""
     b = Builder()
-    remap: dict[int, int] = {}
+    remap = {} if remap is None else remap
     for i, n in enumerate(prog.nodes):
         b.loc = n.loc
         new_args = tuple(remap[a] for a in n.args)

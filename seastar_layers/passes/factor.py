@@ -15,7 +15,7 @@ gradients of both attention vectors).
 from __future__ import annotations
 
 from ..ir import Op, Program, Space
-from ..ir.program import Builder
+from ..ir.program import Builder, rebuild
 
 _LINEAR = (Op.ADD, Op.SUB, Op.NEG, Op.MUL, Op.DIV, Op.WHERE)
 
@@ -87,18 +87,13 @@ def _candidate(prog: Program, x: int, to: Space):
 
 
 def factor_reductions(prog: Program) -> Program:
-    b = Builder()
     remap: dict[int, int] = {}
-    for i, n in enumerate(prog.nodes):
-        b.loc = n.loc
-        found = None
-        if n.op is Op.AGG_SUM:
-            found = _candidate(prog, n.args[0], Space(n.attr("to")))
-        if found is None:
-            typed = (n.space, n.shape) if n.op in (Op.INPUT, Op.CONST) else None
-            remap[i] = b.emit(n.op, tuple(remap[a] for a in n.args), typed, **dict(n.attrs))
-        else:
-            remap[i] = _factored(prog, b, remap, n, *found)
+
+    def visit(b: Builder, i: int, n, args):
+        found = _candidate(prog, n.args[0], Space(n.attr("to"))) if n.op is Op.AGG_SUM else None
+        return None if found is None else _factored(prog, b, remap, n, *found)
+
+    b, _ = rebuild(prog, visit, remap)
     return b.program((key, remap[i]) for key, i in prog.outputs)
 
 
