@@ -46,6 +46,10 @@ def per_head_dot(v):  # a reduction over features per edge: lanes read each othe
     return sum(torch.sigmoid(s) * nb.h for s, nb in zip(scores, v.innbs))
 
 
+def max_dot(v):  # max's gradient compares the backward's recomputed dot products with the forward's
+    return sum(nb.h for nb in v.innbs) + max((nb.h * v.g).sum(-1, keepdim=True) for nb in v.innbs)
+
+
 def hub_graph(n: int, seed: int) -> torch.Tensor:
     """Random edges, destinations without in-edges, and one hub (vertex 0) with 4n in-edges."""
     gen = torch.Generator().manual_seed(seed)
@@ -55,7 +59,7 @@ def hub_graph(n: int, seed: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("width", [1, 7, 48, 300])
-@pytest.mark.parametrize("fn", [gat, sum_max, per_head_dot], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [gat, sum_max, per_head_dot, max_dot], ids=lambda f: f.__name__)
 @pytest.mark.parametrize("generic", [False, True], ids=["exact", "generic"])
 def test_odd_widths_hubs_and_empty_rows(emulated, fn, width, generic):
     n = 40
