@@ -386,7 +386,8 @@ def _gather_inputs(fn, spec: Specialisation, g: Graph, features: dict) -> list[t
         elif key.role is Role.SEED:
             inputs.append(library.draw_seed(g.device))
         elif key.role is Role.PARAM:
-            inputs.append(params[key.name].contiguous())
+            param = params[key.name]
+            inputs.append((param.detach() if key in spec.op.without_gradient else param).contiguous())
         else:
             inputs.append(features[key.name].contiguous())
     return inputs

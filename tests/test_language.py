@@ -276,6 +276,30 @@ def test_closed_over_parameter_gets_gradient():
         torch.testing.assert_close(a, b)
 
 
+def test_detach_stops_gradients_as_torch_does():
+    """x.detach() is the value with no gradient through it: a closed-over tensor read only detached
+    gets none (.grad stays None, as in torch), the backward computes none, and a feature's gradient
+    keeps only its other paths."""
+    slope = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3, dtype=torch.float64, requires_grad=True)
+
+    def prog_fn(v):
+        return sum(torch.where(nb.h > 0, nb.h, nb.h * slope.detach()) * (weight * 2).detach() * nb.h.detach()
+                   + weight for nb in v.innbs)
+
+    ei = random_graph(N, N, 60, seed=8)
+    h = features()["h"]
+    prog = sl.compile(prog_fn)
+    assert "gradient:slope" not in prog.source(h=h)
+    out = prog(ei, h=h)
+    expected = oracle(prog_fn, ei, N, out, h=h)
+    assert_close(out, expected)
+    ours, theirs = grads(out, [h, slope, weight]), grads(expected, [h, slope, weight])
+    assert ours[1] is None and theirs[1] is None
+    assert_close(ours[0], theirs[0])
+    assert_close(ours[2], theirs[2])
+
+
 GENERIC = [c for c in CASES if c[0] not in (methods,)]  # methods uses .mean over a feature axis
 
 

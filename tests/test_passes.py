@@ -1,5 +1,6 @@
 """Each pass on small hand-built IR: what it must rewrite, what it must leave alone."""
 import pytest
+import torch
 
 from seastar_layers.ir import Builder, BufferKey, Kind, Op, Program, Role, Space, verify
 from seastar_layers.passes.autodiff import adjoint_key, autodiff, gradient_key
@@ -189,6 +190,18 @@ def test_dot_products_that_do_not_factor_stay_per_edge(case):
         per_edge = b.reduce_sum(b.mul(x, w), (0,), keepdim=True)
     prog = b.program([(OUT, b.aggregate(Op.AGG_SUM, per_edge, Space.DST))])
     assert edge_reductions(factor_reductions(prog)) == edge_reductions(prog) != []
+
+
+def test_gat_layers_compute_no_gradient_for_the_slope():
+    """The prebuilt GAT program reads its negative slope detached: its backward has no slope output,
+    so no per-edge accumulator for a gradient that nothing reads."""
+    from seastar_layers.nn import programs
+
+    prog = programs.gat_attention(True, True, False, torch.tensor(0.2))
+    feats = {"a_src": torch.randn(3, 2, 1), "x": torch.randn(3, 2, 3), "a_dst": torch.randn(3, 2, 1),
+             "a_edge": torch.randn(4, 2, 1)}
+    outputs = {key.name for key, _ in prog.generate(feats).backward.program.outputs}
+    assert outputs == {"a_src", "x", "a_dst", "a_edge"}
 
 
 # --- scheduling --------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ class Op(enum.Enum):
     INPUT = "input"
     CONST = "const"
     NEG = "neg"
+    DETACH = "detach"
     RECIP = "recip"
     EXP = "exp"
     LOG = "log"
@@ -161,6 +162,12 @@ define(Op.NEG, Kind.ELEMENTWISE, 1, functions=(torch.neg,), params=UNARY, method
        operators=(ast.USub,), python=operator.neg,
        torch=torch.neg, c="(-{0})",
        grad=lambda d: [-d.g])
+# the value, with no gradient through it (torch's stop-gradient): hyperparameters such as GAT's
+# negative slope are tensors so that one kernel serves every value, and their gradients would cost
+# an accumulator per edge that nothing reads
+define(Op.DETACH, Kind.ELEMENTWISE, 1, functions=(torch.detach,), params=UNARY, methods=("detach",),
+       torch=torch.detach, c="({0})",
+       grad=lambda d: [None])
 define(Op.RECIP, Kind.ELEMENTWISE, 1, functions=(torch.reciprocal,), params=UNARY, methods=("reciprocal",),
        torch=torch.reciprocal, c="((acc_t)1 / {0})",
        grad=lambda d: [-(d.g * (d.out * d.out))])

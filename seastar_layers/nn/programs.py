@@ -49,7 +49,9 @@ def gat_attention(with_dst: bool, with_edge: bool, with_mask: bool, slope: torch
 
     def gat_attention(v):
         logits = [e.src.a_src + (v.a_dst if with_dst else 0) + (e.a_edge if with_edge else 0) for e in v.inedges]
-        weights = [torch.exp(torch.where(s > 0, s, s * slope)) for s in logits]
+        # the slope is a hyperparameter: detached, the backward computes no gradient for it (an
+        # accumulator per edge and feature that nothing would read)
+        weights = [torch.exp(torch.where(s > 0, s, s * slope.detach())) for s in logits]
         total = sum(weights)
         masked = [w * (e.mask if with_mask else 1) for w, e in zip(weights, v.inedges)]
         kept = [torch.where(torch.rand_like(m) < keep, m, 0) for m in masked] if with_dropout else masked

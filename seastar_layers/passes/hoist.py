@@ -13,9 +13,11 @@ from ..ir.program import dead_code_elimination, rebuild
 def hoist_params(prog: Program) -> tuple[Program, Program]:
     """Returns (program with hoisted inputs, prelude computing them from the original params)."""
     users = prog.users()
+    # a detached value stays in the kernel, where autodiff sees that nothing flows back through it
+    # (hoisted, the kernel would compute a gradient for its input that torch then drops)
     hoisted = [i for i, n in enumerate(prog.nodes)
-               if n.space is Space.PARAM and n.op is not Op.INPUT
-               and any(prog.nodes[u].space is not Space.PARAM for u in users[i])]
+               if n.space is Space.PARAM and n.op not in (Op.INPUT, Op.DETACH)
+               and any(prog.nodes[u].space is not Space.PARAM or prog.nodes[u].op is Op.DETACH for u in users[i])]
     keys = {i: BufferKey(Role.PARAM, f"#param{i}", Space.PARAM) for i in hoisted}
     prelude = dead_code_elimination(Program(prog.nodes, tuple((keys[i], i) for i in hoisted)))
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..ir import Role, Space
+from ..ir import BufferKey, Role, Space
 from ..passes.autodiff import adjoint_key, gradient_key
 from ..passes.schedule import Buffer, Schedule
 from .executor import COMPUTE_DTYPE, Entry, bind_dims, buffer_dtype, buffer_shape, run
@@ -24,6 +24,9 @@ class CompiledOp:
     inputs: list[Buffer]  # the forward's inputs, in op order
     outputs: list[Buffer]  # the program's results
     saved: list[Buffer]  # what the forward keeps for the backward
+    # parameters the backward returns no gradient for (only compared, or detached): the caller
+    # passes them detached, so that autograd leaves their .grad None, as torch does
+    without_gradient: frozenset[BufferKey]
 
 
 def _sizes(graph: list[Tensor]) -> tuple[int, int, int]:
@@ -97,7 +100,9 @@ def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: tor
         return [None] * n_graph, backward(graph, feats, saved, user_grads)
 
     forward.register_autograd(grad_fn, setup_context=setup_context)
-    return CompiledOp(forward, backward, input_bufs, outputs, saved_bufs)
+    without_gradient = frozenset(b.key for b in input_bufs if b.role is Role.PARAM and not any(
+        gradient_key(b.key, bucket) in bwd_outputs for bucket in (Space.DST, Space.SRC)))
+    return CompiledOp(forward, backward, input_bufs, outputs, saved_bufs, without_gradient)
 
 
 def _gradient(buf: Buffer, outs: dict, available: set, like: Tensor) -> Tensor:
