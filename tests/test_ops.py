@@ -122,6 +122,10 @@ def test_elementwise_op_matches_torch_forward_and_gradcheck(op):
     torch.testing.assert_close(run(*inputs), reference(op, tensors))
     if op in (Op.LT, Op.LE, Op.GT, Op.GE, Op.EQ, Op.NE):
         return  # piecewise constant: no gradient to check numerically
+    if op is Op.DETACH:  # the value, and by definition no gradient (the numerical one is the identity's)
+        out = run(*inputs)
+        assert all(g is None or not g.any() for g in torch.autograd.grad(out.sum(), inputs, allow_unused=True))
+        return
     # kinks (relu, abs, maximum at ties) are measure-zero for random inputs
     assert torch.autograd.gradcheck(run, inputs)
 
