@@ -14,6 +14,8 @@ gradients of both attention vectors).
 """
 from __future__ import annotations
 
+import functools
+
 from ..ir import Op, Program, Space
 from ..ir.program import Builder, rebuild
 
@@ -100,15 +102,9 @@ def factor_reductions(prog: Program) -> Program:
 def _factored(prog: Program, b: Builder, remap: dict, agg, r: int, pq: tuple[int, int], kind) -> int:
     """sum_c P * (sum_e f' * Q) + sum_e f(0), for the aggregation `agg` of f(R) (R = node r)."""
     (x,), to, (p, q) = agg.args, Space(agg.attr("to")), pq
-    derivatives: dict[int, int | None] = {}
-    rest: dict[int, int] = {}
 
+    @functools.cache
     def derivative(i: int) -> int | None:  # d i / d R, None where it is 0
-        if i not in derivatives:
-            derivatives[i] = _derivative(i)
-        return derivatives[i]
-
-    def _derivative(i: int) -> int | None:
         if i == r:
             return b.const(1.0)
         if kind(i) == "const":
@@ -129,16 +125,14 @@ def _factored(prog: Program, b: Builder, remap: dict, agg, r: int, pq: tuple[int
         assert n.op is Op.WHERE, n.op
         return b.where(remap[n.args[0]], zero if d[1] is None else d[1], zero if d[2] is None else d[2])
 
+    @functools.cache
     def at_zero(i: int) -> int:  # i with R = 0
-        if i not in rest:
-            n = prog.nodes[i]
-            if i == r:
-                rest[i] = b.const(0.0)
-            elif kind(i) == "const":
-                rest[i] = remap[i]
-            else:
-                rest[i] = b.emit(n.op, tuple(at_zero(a) for a in n.args), **dict(n.attrs))
-        return rest[i]
+        if i == r:
+            return b.const(0.0)
+        if kind(i) == "const":
+            return remap[i]
+        n = prog.nodes[i]
+        return b.emit(n.op, tuple(at_zero(a) for a in n.args), **dict(n.attrs))
 
     reduction = prog.nodes[r]
     scaled = b.aggregate(Op.AGG_SUM, b.mul(derivative(x), remap[q]), to)
