@@ -4,9 +4,12 @@ and a call is almost all framework work, against PyG's and DGL's same layers.
     python benchmarks/bench_overhead.py [--repeat 2000]
 
 Rows: a layer call in inference (eval, no grad) and forward+backward (train), in microseconds, and
-for ours the torch op alone (torch.ops.seastar_layers.*, its inputs prepared: argument and graph
-checks, choosing the kernel, allocating, the kernel) and the layer's work around it (layer - op).
-Ratios are to seastar's drop-in. Writes benchmarks/results/overhead.json.
+for ours: the program's torch op alone (torch.ops.seastar_layers.gat_attention, weighted_sum: its
+inputs prepared; argument and graph checks, choosing the kernel, allocating, the kernel), the
+layer's work around it (layer - op), and the layer's composite op alone (gat_conv, gcn_conv,
+appnp_propagate: the program's op and the torch calls around it, projections, scores and bias,
+from C++), so that layer - composite is the layer's Python. Ratios are to seastar's drop-in.
+Writes benchmarks/results/overhead.json.
 """
 from __future__ import annotations
 
@@ -70,6 +73,7 @@ def main():
     g = dgl.add_self_loop(dgl.remove_self_loop(dgl.graph((ei[0], ei[1]), num_nodes=N)))
     settle()
     ops = {"GAT": op_call_gat, "GCN": op_call_weighted_sum, "APPNP": op_call_appnp}
+    composites = {"GAT": composite_gat, "GCN": composite_gcn, "APPNP": op_call_appnp}
     rows = []
     for layer, impls in layer_constructors(WIDTH, dgl).items():
         for impl, make in impls.items():
@@ -92,10 +96,13 @@ def main():
             rows.append({"layer": layer, "impl": impl, "inference_us": round(inference, 1),
                          "fwd_bwd_us": round(per_call(step, args.repeat // 4), 1)})
         op = per_call(ops[layer](ei, x), args.repeat)
+        composite = per_call(composites[layer](ei, x), args.repeat)
         for row in rows[-len(impls):]:
             if row["impl"].startswith("seastar"):
                 row["op_us"] = round(op, 1)
                 row["around_op_us"] = round(row["inference_us"] - op, 1)
+                row["composite_us"] = round(composite, 1)
+                row["python_us"] = round(row["inference_us"] - composite, 1)
         base = {r["impl"]: r for r in rows[-len(impls):]}
         for row in rows[-len(impls):]:
             ours = base["seastar-dgl" if "dgl" in row["impl"] else "seastar-pyg"]
@@ -103,8 +110,8 @@ def main():
             row["fwd_bwd_x"] = round(row["fwd_bwd_us"] / ours["fwd_bwd_us"], 2)
     print(f"per-call time on a {N}-vertex, {E}-edge graph, width {WIDTH} (us; x: relative to seastar's drop-in)")
     print(table(rows, ["layer", "impl", "inference_us", "inference_x", "fwd_bwd_us", "fwd_bwd_x", "op_us",
-                       "around_op_us"]))
-    print("APPNP's op is its K=10 steps in one call (seastar_layers::appnp_propagate).")
+                       "around_op_us", "composite_us", "python_us"]))
+    print("APPNP's op is its K=10 steps in one call (seastar_layers::appnp_propagate), its own composite.")
     path = write_record("overhead", {"machine": machine(), "graph": {"vertices": N, "edges": E, "width": WIDTH},
                                      "rows": rows})
     print(f"wrote {path}")
@@ -125,6 +132,22 @@ def op_call_weighted_sum(ei, x):
     graph, w = _graph(ei), torch.rand(E)
     h = torch.randn(N, 64)
     return lambda: torch.ops.seastar_layers.weighted_sum(graph, h, w)
+
+
+def composite_gat(ei, x):
+    """GATConv(16, 8, heads=8)'s composite as both drop-ins call it: projection, scores, program, bias."""
+    graph, gen = _graph(ei), torch.Generator().manual_seed(2)
+    weight, att_src, att_dst = torch.randn(64, WIDTH, generator=gen), torch.randn(1, 8, 8), torch.randn(1, 8, 8)
+    bias = torch.randn(64)
+    return lambda: torch.ops.seastar_layers.gat_conv(graph, x, None, weight, None, att_src, att_dst, None, None, None,
+                                                     bias, 0.2, 0.0, True, False)
+
+
+def composite_gcn(ei, x):
+    """GCNConv(16, 64)'s composite as the PyG drop-in calls it: projection, degree scales, program, bias."""
+    graph, gen = _graph(ei), torch.Generator().manual_seed(3)
+    weight, scale, bias = torch.randn(64, WIDTH, generator=gen), torch.rand(N, 1, generator=gen), torch.randn(64)
+    return lambda: torch.ops.seastar_layers.gcn_conv(graph, x, weight, scale, scale, None, bias)
 
 
 def op_call_appnp(ei, x):

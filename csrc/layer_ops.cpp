@@ -1,14 +1,19 @@
-// seastar_layers::appnp_propagate: APPNP's K degree-normalised steps in one call,
+// The layers' composite ops: what a layer does around its vertex program, in one call from Python.
 //
-//   h_0 = h,  h_{k+1} = (1 - alpha) * dst_scale * S(src_scale * h_k) + alpha * h,
-//   S(y)_v = sum over the in-edges u -> v of y_u  (the generated weighted_sum op),
+//   seastar_layers::gat_conv        GAT: projections, attention scores, the gat_attention program,
+//                                   dropout's scale, head merge, residual and bias;
+//   seastar_layers::gcn_conv        PyG's GCN: projection, degree scales, the weighted_sum program, bias;
+//   seastar_layers::appnp_propagate APPNP's K degree-normalised steps:
+//       h_0 = h,  h_{k+1} = (1 - alpha) * dst_scale * S(src_scale * h_k) + alpha * h,
+//       S(y)_v = sum over the in-edges u -> v of y_u  (the weighted_sum program).
 //
-// as both APPNP drop-ins run it where the normalisation follows from degrees. Looping in Python cost
-// three dispatches from Python per step, about 15 us a step beside a kernel of 6 us on a small
-// graph. As a CompositeImplicitAutograd op the loop runs here: autograd records the ops it calls
-// (weighted_sum's own autograd kernel among them), and torch.compile and torch.export trace through
-// to those ops, so it needs no fake and no backward of its own. Every device that has weighted_sum
-// has this op.
+// A layer calling these ops one by one from Python paid a dispatch from Python for each (about 3-6 us
+// apiece on this project's machines, against a kernel of 6-20 us on a small graph): 12 of them per GAT
+// call. As CompositeImplicitAutograd ops they run here: autograd records the ops they call (the
+// programs' own autograd kernels among them), autocast casts those ops as it would from Python, and
+// torch.compile and torch.export trace through to them, so they need no fake and no backward of their
+// own. Every device that has the programs' ops has these. Each computes exactly what the layer computed
+// in Python before, op for op, so results are unchanged bit for bit.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
@@ -20,14 +25,145 @@
 namespace seastar {
 namespace {
 
-using WeightedSum = std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>>(at::TensorList, const at::Tensor&,
-                                                                                 const std::optional<at::Tensor>&);
+using OptionalTensor = std::optional<at::Tensor>;
+using ProgramResults = std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>>;
+using GatAttention = ProgramResults(at::TensorList, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                    const OptionalTensor&, const OptionalTensor&, const OptionalTensor&,
+                                    const OptionalTensor&, const OptionalTensor&, bool);
+using WeightedSum = ProgramResults(at::TensorList, const at::Tensor&, const OptionalTensor&);
+
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> program(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+
+at::ScalarType compute_dtype(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t; }
+
+// Sizes are SymInts and conditions on them SymBools (held, where traced with dynamic shapes, as guards):
+// torch.compile and torch.export trace these ops with symbolic sizes.
+bool holds(const c10::SymBool& condition) { return condition.guard_bool(__FILE__, __LINE__); }
+
+c10::SymInt destinations(at::TensorList graph, const char* op) {
+  TORCH_CHECK_VALUE(graph.size() >= 1 && graph[0].dim() == 1 && holds(graph[0].sym_numel() >= 1), op,
+                    ": 'graph' must hold the arrays of a seastar_layers.Graph (graph.tensors()), whose first is the "
+                    "in-edge row pointers");
+  return graph[0].sym_numel() - 1;
+}
+
+at::Tensor cast(const at::Tensor& t, at::ScalarType dtype) { return t.scalar_type() == dtype ? t : t.to(dtype); }
+
+// x @ weight^T, as PyG's Linear and torch.nn.Linear project (weight: (out, in)); x itself without a weight
+at::Tensor project(const at::Tensor& x, const OptionalTensor& weight) {
+  return weight.has_value() ? at::linear(x, *weight) : x;
+}
+
+// GATConv of PyG and of DGL, after the graph and the features' dropout:
+//   h_src = project(x_src, weight_src) as (rows, groups * heads, channels), heads and channels those of
+//   att_src (1, heads, channels); groups fold DGL's (N, *, D) middle axes, 1 for PyG;
+//   h_dst = project(x_dst, weight_dst, else weight_src), or without x_dst the first num_dst rows of h_src
+//   (one vertex set, or DGL's blocks, whose destinations come first among the sources);
+//   scores (h * att).sum(-1) (the destinations' only with att_dst), cast to the features' dtype (under
+//   autocast they come out float32 beside half features); the gat_attention program over groups * heads,
+//   with a_edge and mask per edge and attention dropout drawn in the kernel with probability `dropout`
+//   (a seed from torch's generator; kept coefficients scaled by 1 / (1 - dropout), as F.dropout does);
+//   the heads concatenated (num_dst, groups * heads * channels) or averaged (num_dst, channels); then
+//   + residual, + bias (broadcast over the groups). Returns [out], and with_attention [out, alpha]
+//   with alpha (edges, groups * heads, 1) in edge order.
+std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, const OptionalTensor& x_dst,
+                                 const OptionalTensor& weight_src, const OptionalTensor& weight_dst,
+                                 const at::Tensor& att_src, const OptionalTensor& att_dst, const OptionalTensor& a_edge,
+                                 const OptionalTensor& mask, const OptionalTensor& residual, const OptionalTensor& bias,
+                                 double negative_slope, double dropout, bool concat, bool with_attention) {
+  static const auto attention = program<GatAttention>("seastar_layers::gat_attention");
+  const char* op = "seastar_layers::gat_conv";
+  const c10::SymInt num_dst = destinations(graph, op);
+  TORCH_CHECK_VALUE(att_src.dim() == 3 && holds(att_src.sym_size(0) == 1), op,
+                    ": 'att_src' must have shape (1, heads, channels), got ", att_src.sym_sizes());
+  TORCH_CHECK_VALUE(dropout >= 0 && dropout <= 1, op, ": 'dropout' must be in [0, 1], got ", dropout);
+  const c10::SymInt heads = att_src.sym_size(1), channels = att_src.sym_size(2);
+  // (rows, groups * heads, channels): as the program takes the features
+  auto by_heads = [&](const at::Tensor& h, const char* name) {
+    TORCH_CHECK_VALUE(h.dim() >= 1, op, ": '", name, "' must have one row per vertex, got a 0-d tensor");
+    c10::SymInt per_row = 1;  // from the shape, not numel / rows: a graph may have no vertices
+    for (const c10::SymInt& size : h.sym_sizes().slice(1)) per_row = per_row * size;
+    TORCH_CHECK_VALUE(holds(per_row % (heads * channels).max(1) == 0), op, ": '", name, "' projected to shape ",
+                      h.sym_sizes(), ", which does not split into ", heads, " heads of ", channels,
+                      " channels per row (att_src's shape)");
+    return h.reshape_symint({h.sym_size(0), per_row / channels.max(1), channels});
+  };
+  const at::Tensor h_src = by_heads(project(x_src, weight_src), "x_src");
+  const c10::SymInt groups = h_src.sym_size(1) / heads.max(1);
+  const bool grouped = !holds(groups == 1);
+  TORCH_CHECK_VALUE(concat || !grouped, op, ": heads are averaged (concat=False) only without middle axes");
+  // the destinations' projection is needed for their scores only
+  std::optional<at::Tensor> h_dst;
+  if (att_dst.has_value() && x_dst.has_value()) {
+    h_dst = by_heads(project(*x_dst, weight_dst.has_value() ? weight_dst : weight_src), "x_dst");
+  } else if (att_dst.has_value()) {
+    TORCH_CHECK_VALUE(holds(h_src.sym_size(0) >= num_dst), op, ": without 'x_dst' the destinations are the first "
+                      "sources, but the graph has ", num_dst, " destinations and 'x_src' ", h_src.sym_size(0), " rows");
+    h_dst = holds(h_src.sym_size(0) == num_dst) ? h_src : h_src.narrow_symint(0, 0, num_dst);
+  }
+  const at::ScalarType dtype = h_src.scalar_type();
+  const at::TensorOptions options = at::TensorOptions().dtype(compute_dtype(dtype)).device(x_src.device());
+  // each (group, head) attends on its own: the scores' vectors repeat over the groups
+  auto scores = [&](const at::Tensor& h, const at::Tensor& att) {
+    return cast((h * (grouped ? att.repeat_symint({1, groups, 1}) : att)).sum(-1, true), dtype);
+  };
+  std::optional<at::Tensor> a_dst, keep, seed;
+  if (h_dst.has_value()) a_dst = scores(*h_dst, *att_dst);
+  if (dropout > 0) {
+    keep = at::scalar_tensor(1 - dropout, options);
+    seed = at::randint(0, int64_t(1) << 62, {1}, options.dtype(at::kLong)).select(0, 0);  // as library.draw_seed
+  }
+  const auto mask_in = mask.has_value() ? std::optional<at::Tensor>(cast(*mask, dtype).contiguous()) : std::nullopt;
+  const auto edge_in = a_edge.has_value() ? std::optional<at::Tensor>(cast(*a_edge, dtype)) : std::nullopt;
+  const at::Tensor a_src = scores(h_src, att_src);
+  const at::Tensor slope = at::scalar_tensor(negative_slope, options);
+  std::vector<at::Tensor> results =
+      std::get<0>(attention.call(graph, a_src, h_src.contiguous(), slope, a_dst, edge_in, mask_in, keep, seed, with_attention));
+  if (keep.has_value()) {
+    const double scale = dropout < 1 ? 1.0 / (1 - dropout) : 0.0;  // as programs.kept_scale
+    for (at::Tensor& r : results) r = r * scale;
+  }
+  at::Tensor out = concat ? results[0].reshape_symint({num_dst, groups * heads * channels}) : results[0].mean(1);
+  if (residual.has_value()) out = out + *residual;
+  if (bias.has_value())  // per group: over DGL's middle axes
+    out = grouped ? (out.view_symint({num_dst, groups, heads * channels}) + *bias).flatten(1) : out + *bias;
+  if (!with_attention) return {out};
+  return {out, results[1]};
+}
+
+// PyG's GCNConv where its normalisation follows from degrees (or comes as edge weights):
+//   h = project(x, weight); h * src_scale (per source row); the weighted_sum program over the rows (the
+//   features' axes after the first folded into one), with one weight per edge or none; * dst_scale;
+//   + bias. The scales and weights are cast to h's dtype (under autocast, the projection's).
+at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
+                    const OptionalTensor& src_scale, const OptionalTensor& dst_scale, const OptionalTensor& edge_weight,
+                    const OptionalTensor& bias) {
+  static const auto weighted_sum = program<WeightedSum>("seastar_layers::weighted_sum");
+  const c10::SymInt num_dst = destinations(graph, "seastar_layers::gcn_conv");
+  TORCH_CHECK_VALUE(x.dim() >= 2, "seastar_layers::gcn_conv: 'x' must have one row of features per source vertex, "
+                    "got shape ", x.sym_sizes());
+  at::Tensor h = project(x, weight);
+  const at::ScalarType dtype = h.scalar_type();
+  if (src_scale.has_value()) h = h * src_scale->to(dtype);
+  std::vector<c10::SymInt> shape = h.sym_sizes().vec();
+  shape[0] = num_dst;
+  const auto weights =
+      edge_weight.has_value() ? std::optional<at::Tensor>(edge_weight->to(dtype).contiguous()) : std::nullopt;
+  const at::Tensor rows = h.flatten(1).contiguous();
+  at::Tensor out = std::get<0>(weighted_sum.call(graph, rows, weights))[0];
+  if (h.dim() != 2) out = out.view_symint(shape);
+  if (dst_scale.has_value()) out = out * dst_scale->to(dtype);
+  if (bias.has_value()) out = out + *bias;
+  return out;
+}
 
 at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::Tensor& src_scale,
                            const at::Tensor& dst_scale, double alpha, int64_t steps) {
   TORCH_CHECK_VALUE(steps >= 0, "seastar_layers::appnp_propagate: 'steps' must be >= 0, got ", steps);
-  static const auto weighted_sum =
-      c10::Dispatcher::singleton().findSchemaOrThrow("seastar_layers::weighted_sum", "").typed<WeightedSum>();
+  static const auto weighted_sum = program<WeightedSum>("seastar_layers::weighted_sum");
   const at::Tensor kept = dst_scale * (1 - alpha);
   const at::Tensor teleported = h * alpha;
   at::Tensor out = h;
@@ -39,11 +175,23 @@ at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(seastar_layers, m) {
+  m.def("gat_conv(Tensor[] graph, Tensor x_src, Tensor? x_dst, Tensor? weight_src, Tensor? weight_dst, "
+        "Tensor att_src, Tensor? att_dst, Tensor? a_edge=None, Tensor? mask=None, Tensor? residual=None, "
+        "Tensor? bias=None, float negative_slope=0.2, float dropout=0.0, bool concat=True, "
+        "bool with_attention=False) -> Tensor[]",
+        {at::Tag::pt2_compliant_tag});
+  m.def("gcn_conv(Tensor[] graph, Tensor x, Tensor? weight, Tensor? src_scale=None, Tensor? dst_scale=None, "
+        "Tensor? edge_weight=None, Tensor? bias=None) -> Tensor",
+        {at::Tag::pt2_compliant_tag});
   m.def("appnp_propagate(Tensor[] graph, Tensor h, Tensor src_scale, Tensor dst_scale, float alpha, int steps) "
         "-> Tensor",
         {at::Tag::pt2_compliant_tag});
 }
 
-TORCH_LIBRARY_IMPL(seastar_layers, CompositeImplicitAutograd, m) { m.impl("appnp_propagate", &appnp_propagate); }
+TORCH_LIBRARY_IMPL(seastar_layers, CompositeImplicitAutograd, m) {
+  m.impl("gat_conv", &gat_conv);
+  m.impl("gcn_conv", &gcn_conv);
+  m.impl("appnp_propagate", &appnp_propagate);
+}
 
 }  // namespace seastar

@@ -16,6 +16,7 @@ import torch
 from .compat import import_dgl
 from .graph import Graph, as_graph
 from .nn import programs
+from .nn.modules import linear_weight
 from .runtime import library
 from .runtime.executor import COMPUTE_DTYPE
 
@@ -94,49 +95,43 @@ class GATConv(_DGLGATConv):
         if isinstance(feat, tuple):
             src_prefix, dst_prefix = feat[0].shape[:-1], feat[1].shape[:-1]
             h_src, h_dst = self.feat_drop(feat[0]), self.feat_drop(feat[1])
-            fc_src = self.fc if not hasattr(self, "fc_src") else self.fc_src
-            fc_dst = self.fc if not hasattr(self, "fc_src") else self.fc_dst
-            feat_src, feat_dst = fc_src(h_src).view(*src_prefix, H, F), fc_dst(h_dst).view(*dst_prefix, H, F)
+            fc_src, fc_dst = (self.fc, self.fc) if not hasattr(self, "fc_src") else (self.fc_src, self.fc_dst)
+            x_dst = h_dst
         else:
             src_prefix = dst_prefix = feat.shape[:-1]
             h_src = h_dst = self.feat_drop(feat)
-            feat_src = feat_dst = self.fc(h_src).view(*src_prefix, H, F)
+            fc_src = fc_dst = self.fc
+            x_dst = None  # the destinations are the sources (a block's come first among them)
             if converted.is_block:
-                feat_dst = feat_src[: g.num_dst]
                 h_dst = h_dst[: g.num_dst]
                 dst_prefix = (g.num_dst,) + dst_prefix[1:]
         if src_prefix[1:] != dst_prefix[1:]:
             raise ValueError(f"dgl.GATConv: source and destination features must share their middle axes (N, *, D); "
                              f"got {tuple(feat[0].shape)} and {tuple(feat[1].shape)}")
-        el = (feat_src * self.attn_l).sum(dim=-1, keepdim=True)
-        er = (feat_dst * self.attn_r).sum(dim=-1, keepdim=True)
-        # (N, *, H, .) features: every (*, head) pair attends on its own, so * folds into the heads
-        heads = math.prod(src_prefix[1:]) * H
-        # one dtype for the kernel: under autocast the scores come out float32 beside half features
-        dtype, compute = feat_src.dtype, COMPUTE_DTYPE[feat_src.dtype]
-        a_src = el.reshape(-1, heads, 1).to(dtype).contiguous()
-        a_dst = er.reshape(-1, heads, 1).to(dtype).contiguous()
+        weight_src, weight_dst = linear_weight(fc_src, torch.nn.Linear), linear_weight(fc_dst, torch.nn.Linear)
+        if weight_src is None or weight_dst is None:  # the op takes the features projected
+            weight_src = weight_dst = None
+            x_src = fc_src(h_src)
+            x_dst = fc_dst(x_dst) if x_dst is not None else None
+        else:
+            x_src = h_src
+            weight_dst = None if fc_dst is fc_src else weight_dst
         mask = None
-        if edge_weight is not None:
-            mask = edge_weight.reshape(g.num_edges, 1, 1).to(dtype).expand(g.num_edges, heads, 1).contiguous()
+        if edge_weight is not None:  # (N, *, H, .) features: every (*, head) pair attends on its own
+            heads = math.prod(src_prefix[1:]) * H
+            mask = edge_weight.reshape(g.num_edges, 1, 1).expand(g.num_edges, heads, 1)
+        residual = None
+        if self.res_fc is not None:
+            residual = self.res_fc(h_dst).reshape(g.num_dst, -1)
         # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha.
         # Its attention dropout (p=1 drops it all) is drawn in the kernel: no edges x heads mask
-        keep = 1 - self.attn_drop.p if self.training and self.attn_drop.p > 0 else None
-        keep_t = seed = None
-        if keep is not None:
-            keep_t = torch.full((), keep, dtype=compute, device=el.device)
-            seed = library.draw_seed(el.device)
-        slope = torch.full((), self.leaky_relu.negative_slope, dtype=compute, device=el.device)
-        result = torch.ops.seastar_layers.gat_attention(
-            g.op_tensors(), a_src, feat_src.reshape(-1, heads, F).contiguous(), slope, a_dst, None, mask, keep_t, seed,
-            bool(get_attention))[0]
-        if keep is not None:
-            result = [r * programs.kept_scale(keep) for r in result]
+        dropout = float(self.attn_drop.p) if self.training and self.attn_drop.p > 0 else 0.0
+        # projection, scores, attention and aggregation, residual and bias in one op (csrc/layer_ops.cpp)
+        result = torch.ops.seastar_layers.gat_conv(
+            g.op_tensors(), x_src, x_dst, weight_src, weight_dst, self.attn_l, self.attn_r, None, mask, residual,
+            self.bias if self.has_explicit_bias else None, float(self.leaky_relu.negative_slope), dropout, True,
+            bool(get_attention))
         rst = result[0].view(*dst_prefix, H, F)
-        if self.res_fc is not None:
-            rst = rst + self.res_fc(h_dst).view(*dst_prefix, -1, F)
-        if self.has_explicit_bias:
-            rst = rst + self.bias.view(*((1,) * len(dst_prefix)), H, F)
         if self.activation:
             rst = self.activation(rst)
         if get_attention:

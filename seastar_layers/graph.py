@@ -56,6 +56,7 @@ class Graph:
         self.num_src, self.num_dst = num_src, num_dst
         self.listed = listed  # which edge slots belong to rows, where some do not (see csr_layouts)
         self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._op_tensors: list[torch.Tensor] | None = None
         self._derived: dict = {}
 
     @property
@@ -79,8 +80,10 @@ class Graph:
 
     def op_tensors(self) -> list[torch.Tensor]:
         """The graph as torch.ops.seastar_layers.* take it on its device: tensors(), with the row
-        orders on a GPU."""
-        return self.tensors(with_orders=self.device.type == "cuda")
+        orders on a GPU (made once: a layer passes it on every call)."""
+        if self._op_tensors is None:
+            self._op_tensors = self.tensors(with_orders=self.device.type == "cuda")
+        return self._op_tensors
 
     def row_orders(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self._orders is None:
@@ -368,8 +371,9 @@ def _fingerprint(t: torch.Tensor) -> int:
                  torch.sparse_csc: lambda: [t.ccol_indices(), t.row_indices()]}[t.layout]()
         return hash(tuple(_fingerprint(p) for p in parts))
     if t.device.type == "cpu" and _extension() is not None:
-        return _extension().fingerprint(t.detach().reshape(-1).contiguous().view(torch.uint8).numpy(),
-                                        torch.get_num_threads())
+        # an index tensor as it usually comes (contiguous, no gradient) lends numpy its buffer as is
+        words = t.numpy() if t.is_contiguous() and not t.requires_grad else t.detach().contiguous().numpy()
+        return _extension().fingerprint(words, torch.get_num_threads())  # its bytes (a contiguous buffer)
     if t.device.type == "cpu" and t.numel() <= _FINGERPRINT_BLOCK:
         return hash(t.contiguous().numpy().tobytes())  # exactly the bytes: cheaper than the products below
     flat = t.reshape(-1)
@@ -396,19 +400,22 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
             raise ValueError("pass 'size' only with an edge_index tensor; a Graph already knows its sizes")
         return graph
     if isinstance(graph, torch.Tensor):
-        if (graph.is_sparse or graph.layout != torch.strided) and build is None:
+        # a plain edge_index, as most calls pass, skips the look for PyG's EdgeIndex
+        edge_index_class = type(graph) is not torch.Tensor and hasattr(graph, "as_tensor")
+        plain = graph.as_tensor() if edge_index_class else graph
+        strided = plain.layout == torch.strided
+        if not strided and build is None:
             raise TypeError("a torch sparse adjacency is accepted by the layers, not by compiled programs; "
                             "pass edge_index = adj_t.to_sparse_coo().indices().flip(0)")
-        plain = graph.as_tensor() if hasattr(graph, "as_tensor") else graph  # PyG's EdgeIndex
         # an in-place edit bumps the version; the fingerprint sees edits that do not (inference tensors have none)
         version = None if plain.is_inference() else plain._version
-        stamp = (version, tuple(plain.shape), plain.dtype, plain.device, plain.layout, _fingerprint(plain))
-        if plain.layout != torch.strided:
+        stamp = (version, plain.shape, plain.dtype, plain.device, plain.layout, _fingerprint(plain))
+        if not strided:
             return graph_cache.get(graph, (size,) + key, lambda: build(plain), stamp)
-        if size is None and hasattr(graph, "sparse_size"):
+        if size is None and edge_index_class and hasattr(graph, "sparse_size"):
             sizes = graph.sparse_size()
             size = tuple(sizes) if None not in sizes else None
-        if build is None and getattr(graph, "is_sorted", False) and size is not None:
+        if build is None and edge_index_class and getattr(graph, "is_sorted", False) and size is not None:
             make = lambda: Graph.from_sorted_edge_index(graph, _sizes(plain, size))  # noqa: E731 - its own CSR/CSC
         else:
             make = (lambda: build(plain)) if build is not None else (lambda: Graph.from_edge_index(plain, size))

@@ -202,6 +202,174 @@ def test_appnp_propagate_composite(steps):
         OPS.appnp_propagate(GRAPH.tensors(), h, src_scale, dst_scale, 0.15, -1)
 
 
+BIPARTITE_EI = random_graph(N, 5, 24, seed=4)
+BIPARTITE = sl.Graph.from_edge_index(BIPARTITE_EI, (N, 5))
+
+
+def gat_reference(ei, num_dst, x_src, x_dst, weight_src, weight_dst, att_src, att_dst, a_edge, mask, residual, bias,
+                  slope, concat):
+    """GATConv's forward in plain torch over the (2, E) edges ei: projections, scores, leaky relu,
+    softmax over each destination's in-edges, the mask after it, aggregation, head merge (averaged
+    heads: concat=False), residual and bias; rows without in-edges get 0 before the residual."""
+    heads, channels = att_src.shape[1:]
+    h_src = (x_src @ weight_src.T if weight_src is not None else x_src).reshape(x_src.size(0), -1, heads, channels)
+    groups = h_src.size(1)
+    if x_dst is None:
+        h_dst = h_src[:num_dst]
+    else:
+        w = weight_dst if weight_dst is not None else weight_src
+        h_dst = (x_dst @ w.T if w is not None else x_dst).reshape(x_dst.size(0), groups, heads, channels)
+    src, dst = ei
+    logits = (h_src * att_src).sum(-1).reshape(-1, groups * heads)[src]
+    if att_dst is not None:
+        logits = logits + (h_dst * att_dst).sum(-1).reshape(-1, groups * heads)[dst]
+    if a_edge is not None:
+        logits = logits + a_edge.reshape(-1, groups * heads)
+    logits = torch.where(logits > 0, logits, logits * slope)
+    top = torch.full((num_dst, groups * heads), -torch.inf, dtype=logits.dtype).scatter_reduce(
+        0, dst[:, None].expand_as(logits), logits, "amax")
+    weights = torch.exp(logits - top[dst])
+    total = torch.zeros(num_dst, groups * heads, dtype=logits.dtype).index_add(0, dst, weights)
+    alpha = weights / total[dst]
+    if mask is not None:
+        alpha = alpha * mask.reshape(-1, groups * heads)
+    messages = alpha[:, :, None] * h_src.reshape(-1, groups * heads, channels)[src]
+    out = torch.zeros(num_dst, groups * heads, channels, dtype=messages.dtype).index_add(0, dst, messages)
+    out = out.reshape(num_dst, -1) if concat else out.mean(1)
+    if residual is not None:
+        out = out + residual
+    if bias is not None:
+        out = (out.reshape(num_dst, groups, -1) + bias).reshape(num_dst, -1)
+    return out, alpha[:, :, None]
+
+
+def gat_conv_case(name, dtype=torch.float64):
+    """(graph, edge_index, gat_conv's arguments by name) of one configuration on a 9-vertex graph."""
+    gen = torch.Generator().manual_seed(len(name))
+    heads, channels, features = 2, 3, 4
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen, dtype=dtype)
+
+    args = dict(x_src=rand(N, features), x_dst=None, weight_src=rand(heads * channels, features), weight_dst=None,
+                att_src=rand(1, heads, channels), att_dst=rand(1, heads, channels), a_edge=None, mask=None,
+                residual=None, bias=rand(heads * channels), negative_slope=0.2, dropout=0.0, concat=True,
+                with_attention=True)
+    graph, ei, num_edges = GRAPH, EI, EI.size(1)
+    if name == "bipartite":  # PyG's pair of features with separate projections
+        graph, ei, num_edges = BIPARTITE, BIPARTITE_EI, BIPARTITE_EI.size(1)
+        args.update(x_dst=rand(5, 7), weight_dst=rand(heads * channels, 7), residual=rand(5, heads * channels))
+    elif name == "no destination scores":  # PyG's (x_src, None), on a block: destinations first
+        graph, ei, num_edges = BIPARTITE, BIPARTITE_EI, BIPARTITE_EI.size(1)
+        args.update(att_dst=None)
+    elif name == "edges and mask":
+        args.update(a_edge=rand(num_edges, heads, 1), mask=rand(num_edges, heads, 1).abs())
+    elif name == "averaged heads":
+        args.update(concat=False, bias=rand(channels), residual=rand(N, channels))
+    elif name == "projected":  # the caller projected (a module that cannot be bypassed)
+        args.update(x_src=rand(N, heads * channels), weight_src=None)
+    elif name == "groups":  # DGL's (N, *, D) features: the middle axis folds into the heads
+        args.update(x_src=rand(N, 3, features), bias=rand(heads * channels), residual=rand(N, 3 * heads * channels))
+    return graph, ei, args
+
+
+GAT_CONV_CASES = ["plain", "bipartite", "no destination scores", "edges and mask", "averaged heads", "projected",
+                  "groups"]
+
+
+@pytest.mark.parametrize("case", GAT_CONV_CASES)
+def test_gat_conv_composite(case):
+    """seastar_layers::gat_conv (csrc/layer_ops.cpp), GATConv's projections, scores, program, head
+    merge, residual and bias in one call: equal to plain torch in value and attention, gradcheck in
+    float64 through the ops it calls, and opcheck."""
+    graph, ei, args = gat_conv_case(case)
+    num_dst = graph.num_dst
+    out, alpha = OPS.gat_conv(graph.tensors(), **args)
+    want_out, want_alpha = gat_reference(ei, num_dst, *[args[k] for k in (
+        "x_src", "x_dst", "weight_src", "weight_dst", "att_src", "att_dst", "a_edge", "mask", "residual", "bias",
+        "negative_slope", "concat")])
+    torch.testing.assert_close(out, want_out)
+    torch.testing.assert_close(alpha, want_alpha)
+    differentiable = [k for k, v in args.items() if isinstance(v, torch.Tensor)]
+    for name in differentiable:
+        args[name].requires_grad_()
+
+    def conv(*tensors):
+        return OPS.gat_conv(graph.tensors(), **dict(args, **dict(zip(differentiable, tensors))))[0]
+
+    assert torch.autograd.gradcheck(conv, [args[k] for k in differentiable])
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("seastar_layers::gat_conv", "CompositeImplicitAutograd")
+    single = {k: v.detach().float().requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    torch.library.opcheck(OPS.gat_conv, (graph.tensors(),), single)
+
+
+def test_gat_conv_dropout_is_the_programs():
+    """With attention dropout the op draws the program's seed from torch's generator (as the layers
+    did before) and scales what it keeps by 1 / (1 - p): the gat_attention op on the same seed,
+    scaled; p = 1 drops everything."""
+    _, _, args = gat_conv_case("plain", torch.float32)
+    h = (args["x_src"] @ args["weight_src"].T).view(N, 2, 3)
+    for p in (0.4, 1.0):
+        torch.manual_seed(5)
+        out, alpha = OPS.gat_conv(GRAPH.tensors(), **dict(args, dropout=p, bias=None))
+        torch.manual_seed(5)
+        results = OPS.gat_attention(GRAPH.tensors(), (h * args["att_src"]).sum(-1, keepdim=True), h,
+                                    torch.tensor(0.2), (h * args["att_dst"]).sum(-1, keepdim=True), None, None,
+                                    torch.tensor(1 - p), library.draw_seed(h.device), True)[0]
+        scale = 1 / (1 - p) if p < 1 else 0.0
+        torch.testing.assert_close(out, (results[0] * scale).reshape(N, -1), rtol=0, atol=0)
+        torch.testing.assert_close(alpha, results[1] * scale, rtol=0, atol=0)
+    assert not bool((out != 0).any())
+
+
+@pytest.mark.parametrize("overrides,words", [
+    (dict(att_src=torch.randn(2, 3)), ["'att_src' must have shape (1, heads, channels)", "[2, 3]"]),
+    (dict(x_src=torch.randn(N, 5), weight_src=None), ["'x_src' projected to shape [9, 5]", "2 heads of 3 channels"]),
+    (dict(dropout=1.5), ["'dropout' must be in [0, 1], got 1.5"]),
+    (dict(x_src=torch.randn(N, 3, 4), concat=False), ["averaged (concat=False) only without middle axes"]),
+], ids=["att_src", "split", "dropout", "averaged groups"])
+def test_gat_conv_refuses_bad_arguments(overrides, words):
+    _, _, args = gat_conv_case("plain", torch.float32)
+    with pytest.raises(ValueError) as info:
+        OPS.gat_conv(GRAPH.tensors(), **dict(args, **overrides))
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("case", ["plain", "edge weights", "projected", "features axes"])
+def test_gcn_conv_composite(case):
+    """seastar_layers::gcn_conv (csrc/layer_ops.cpp), PyG's GCNConv after its normalisation: projection,
+    degree scales, the weighted sum and bias in one call, equal to plain torch, gradcheck in float64,
+    opcheck."""
+    gen = torch.Generator().manual_seed(len(case))
+    x = torch.randn(N, 4, dtype=torch.float64, generator=gen)
+    weight = torch.randn(6, 4, dtype=torch.float64, generator=gen)
+    scale = torch.rand(N, 1, dtype=torch.float64, generator=gen) + 0.5
+    bias = torch.randn(6, dtype=torch.float64, generator=gen)
+    w = torch.rand(EI.size(1), dtype=torch.float64, generator=gen) if case == "edge weights" else None
+    if case == "projected":
+        x, weight = x @ weight.T, None
+    if case == "features axes":  # rows of (2, 3) features: the axes after the first fold into one
+        x, weight, bias = torch.randn(N, 2, 3, dtype=torch.float64, generator=gen), None, torch.randn(
+            3, dtype=torch.float64, generator=gen)
+        scale = scale[:, :, None]
+    adjacency = torch.zeros(N, N, dtype=torch.float64).index_put_(
+        (EI[1], EI[0]), w if w is not None else torch.ones(EI.size(1), dtype=torch.float64), accumulate=True)
+    h = x @ weight.T if weight is not None else x
+    want = scale * (adjacency @ (scale * h).reshape(N, -1)).reshape(h.shape) + bias
+    torch.testing.assert_close(OPS.gcn_conv(GRAPH.tensors(), x, weight, scale, scale, w, bias), want)
+    tensors = [t.requires_grad_() for t in (x, weight, scale, w, bias) if t is not None]
+
+    def conv(*given):
+        it = iter(given)
+        pick = [next(it) if t is not None else None for t in (x, weight, scale, w, bias)]
+        return OPS.gcn_conv(GRAPH.tensors(), pick[0], pick[1], pick[2], pick[2], pick[3], pick[4])
+
+    assert torch.autograd.gradcheck(conv, tensors)
+    single = [None if t is None else t.detach().float().requires_grad_() for t in (x, weight, scale, scale, w, bias)]
+    torch.library.opcheck(OPS.gcn_conv, (GRAPH.tensors(), *single))
+
+
 def gat_args(**overrides):
     gen = torch.Generator().manual_seed(0)
     args = {"a_src": torch.randn(N, 2, 1, generator=gen), "x": torch.randn(N, 2, 5, generator=gen),

@@ -6,14 +6,16 @@ and everything that touches edges runs as one fused vertex program.
 """
 from __future__ import annotations
 
+import functools
 import warnings
-from typing import List, Optional, Tuple, Union
+from typing import List, NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
+from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.aggr import SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import torch_sparse
@@ -23,6 +25,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 from ..graph import Graph, as_graph, graph_tensors
 from ..runtime import library
 from . import edges, programs
+from .modules import linear_weight
 
 _warned: set[tuple[str, str]] = set()
 
@@ -45,11 +48,13 @@ def _unfused_reason(layer: MessagePassing) -> str | None:
     """What, if anything, only PyG's own message passing can honour: an aggregation other than a
     sum, registered hooks that see each message, a replaced explain_message() that may do anything
     to one."""
-    if type(layer.aggr_module) is not SumAggregation:
+    state = layer.__dict__  # read directly: this runs on every call, and Module.__getattr__ costs a microsecond
+    if type(state["_modules"]["aggr_module"]) is not SumAggregation:
         return f"aggr={layer.aggr!r}"
-    if any(getattr(layer, name) for name in _MESSAGE_PASSING_HOOKS):
-        return "a registered message passing hook"
-    if layer.explain and getattr(layer.explain_message, "__func__", None) is not MessagePassing.explain_message:
+    for name in _MESSAGE_PASSING_HOOKS:
+        if state[name]:
+            return "a registered message passing hook"
+    if state["_explain"] and getattr(layer.explain_message, "__func__", None) is not MessagePassing.explain_message:
         return "a custom explain_message"
     return None
 
@@ -59,7 +64,7 @@ def _explain_factor(layer: MessagePassing, graph: Graph, message_dims: int, inpu
     sigmoid, self-loops the layer added at 1). The same factor, one per edge slot, is fused as an
     edge weight; gradients reach the mask through it. The mask covers the `input_edges` the user
     gave; self-loop slots the layer appended after them (nn/edges.py) get 1, as in PyG."""
-    if not layer.explain:
+    if not layer._explain:  # the explain property's value, without a property call on every forward
         return None
     shape = [1] * message_dims
     shape[layer.node_dim] = input_edges
@@ -110,8 +115,9 @@ def _is_sparse(adj) -> bool:
         type(adj).__name__ == "SparseTensor"
 
 
-def _check_flow(layer: MessagePassing, edge_index) -> None:
-    if layer.flow == "target_to_source" and _is_sparse(edge_index):  # PyG's own refusal, word for word
+def _check_flow(layer: MessagePassing, sparse: bool) -> None:
+    """Refuses a reversed flow over a sparse adjacency (`sparse`: the layer's graph is one)."""
+    if sparse and layer.flow == "target_to_source":  # PyG's own refusal, word for word
         raise ValueError('Flow direction "target_to_source" is invalid for message propagation via '
                          '`torch_sparse.SparseTensor` or `torch.sparse.Tensor`. If you really want to make use of a '
                          'reverse message passing flow, pass in the transposed sparse tensor to the message passing '
@@ -119,15 +125,15 @@ def _check_flow(layer: MessagePassing, edge_index) -> None:
 
 
 def _message_graph(layer: MessagePassing, source, plain: Tensor, loops: int, size: tuple[int, int],
-                   key: tuple = ()) -> Graph:
+                   key: tuple, sparse: bool) -> Graph:
     """The graph messages travel along: the (2, E) edges `plain` of `source`, the user's graph
     object, with the layer's `loops` self-loops as PyG adds them (0: none; `key` names that
     processing; nn/edges.py), reversed for flow="target_to_source"; size is (senders, receivers).
     Built once per graph object and processing; inside a traced model, on every call, as part of
-    the compiled graph."""
+    the compiled graph. `sparse`: the source is a sparse adjacency."""
     flip = layer.flow == "target_to_source"
     compiling = torch.compiler.is_compiling()
-    if not key and not flip and not compiling and not _is_sparse(source):
+    if not key and not flip and not compiling and not sparse:
         return as_graph(source, size)  # a sorted EdgeIndex brings its own CSR/CSC
 
     def build(_=None):
@@ -179,6 +185,18 @@ def _not_scriptable(layer: MessagePassing, name: str) -> None:
                            f"a Python-side cache); script torch_geometric.nn.{name} for it, or drop the option")
 
 
+class _GatInputs(NamedTuple):
+    """What seastar_layers::gat_conv projects and attends over (csrc/layer_ops.cpp): the senders'
+    features, the receivers' (None: the senders' first rows), the projections' weights (None: the
+    features come projected), whether the receivers get attention scores, and the residual."""
+    x_src: Tensor
+    x_dst: Optional[Tensor]
+    weight_src: Optional[Tensor]
+    weight_dst: Optional[Tensor]
+    dst_scores: bool
+    residual: Optional[Tensor]
+
+
 class GATConv(_StockTemplates, pyg_nn.GATConv):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GATConv`: same arguments, parameters and outputs; "
                "attention logits, softmax, dropout and aggregation run in one sweep over the edges without "
@@ -198,48 +216,54 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         if unfused is not None:
             _warn_once("GATConv", unfused)
             return super().forward(x, edge_index, edge_attr, size, return_attention_weights)
-        if type(edge_index).__name__ == "SparseTensor" and self.add_self_loops and self.edge_dim is not None:
+        sparse = _is_sparse(edge_index)
+        if sparse and type(edge_index).__name__ == "SparseTensor" and self.add_self_loops and \
+                self.edge_dim is not None:
             return super().forward(x, edge_index, edge_attr, size)  # PyG raises its own NotImplementedError
-        if is_torch_sparse_tensor(edge_index) and self.add_self_loops and edge_attr is not None:
+        if sparse and is_torch_sparse_tensor(edge_index) and self.add_self_loops and edge_attr is not None:
             raise ValueError("GATConv cannot add self-loops to a torch sparse adjacency together with 'edge_attr' "
                              "(PyG's GATConv refuses it too: its remove_self_loops asserts edge_attr is None); pass "
                              "an edge_index tensor, or add the self-loops and their features yourself and construct "
                              "the layer with add_self_loops=False")
-        if return_attention_weights and is_torch_sparse_tensor(edge_index) and \
+        if sparse and return_attention_weights and is_torch_sparse_tensor(edge_index) and \
                 edge_index.layout not in (torch.sparse_coo, torch.sparse_csr):
             raise ValueError(f"GATConv returns attention weights on a torch sparse adjacency in COO or CSR layout, got "
                              f"{edge_index.layout} (PyG's GATConv refuses it too); pass adj_t.to_sparse_csr()")
         programs.check_features("GATConv", x)
         library.require()
-        x_src, x_dst, res = self._project(x)
-        _check_flow(self, edge_index)
+        inputs = self._inputs(x)
+        x_src, x_dst = inputs[0], inputs[1]
+        _check_flow(self, sparse)
         plain, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
         _check_edge_index(plain)
         size = size if size is not None else sparse_size
         num_dst = self._num_dst(x_src, x_dst, size)
         loops = self._loops(x_src, x_dst, size)
         key = ("gat-self-loops", loops) if self.add_self_loops else ()
-        graph = _message_graph(self, edge_index, plain, loops, (x_src.size(0), num_dst), key)
-        edge_attr = self._with_loop_attr(edge_attr, plain, loops)
+        graph = _message_graph(self, edge_index, plain, loops, (x_src.size(0), num_dst), key, sparse)
+        a_edge = None if edge_attr is None else self._edge_scores(self._with_loop_attr(edge_attr, plain, loops))
         H = self.heads
-        keep = self._keep()
+        dropout = self._attention_dropout()
         explained = _explain_factor(self, graph, 3, plain.size(1))
         if explained is not None:
-            explained = explained.to(x_src.dtype).view(-1, 1, 1).expand(graph.num_edges, H, 1)
+            explained = explained.view(-1, 1, 1).expand(graph.num_edges, H, 1)
         graph_tensors = graph.op_tensors()
+        params = self._parameters  # read directly: Module.__getattr__ costs a microsecond a name, on every call
+        attend = functools.partial(self._attend, graph_tensors, inputs, params["att_src"], params["att_dst"],
+                                   params["bias"], a_edge)
         if not return_attention_weights:
-            return self._attend(graph_tensors, x_src, x_dst, res, edge_attr, explained, keep, False)[0]
+            return attend(explained, dropout, False)[0]
         # PyG returns the attention after dropout; its explain mask scales the messages only
         if explained is None:
-            out, alpha = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, None, keep, True)
+            out, alpha = attend(None, dropout, True)
         else:  # two sweeps that must drop alike share a stored mask (explaining is a small-graph affair)
-            dropped = None if keep is None else \
+            dropped = None if dropout == 0 else \
                 _edge_dropout(x_src.new_ones(graph.num_edges, H, 1), self.dropout, graph.listed)
-            alpha = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, dropped, None, True)[1]
+            alpha = attend(dropped, 0.0, True)[1]
             both = explained if dropped is None else dropped * explained
-            out = self._attend(graph_tensors, x_src, x_dst, res, edge_attr, both, None, False)[0]
+            out = attend(both, 0.0, False)[0]
         edges = _gat_self_loops(edge_index, loops) if self.add_self_loops else edge_index
-        return out, _attention_weights(edges, _in_pyg_order(alpha.view(-1, H), graph, _is_sparse(edge_index)))
+        return out, _attention_weights(edges, _in_pyg_order(alpha.view(-1, H), graph, sparse))
 
     def _scripted(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
                   edge_attr: Optional[Tensor], size: Optional[Tuple[int, int]],
@@ -250,44 +274,61 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         if edge_index.is_sparse:
             raise ValueError("a scripted seastar_layers.GATConv takes an edge_index of shape (2, E), not a sparse "
                              "adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
-        x_src, x_dst, res = self._project(x)
+        inputs = self._project(x, None)
+        x_src, x_dst = inputs[0], inputs[1]
         num_dst = self._num_dst(x_src, x_dst, size)
         loops = self._loops(x_src, x_dst, size)
         src, dst, listed = self._slots(edge_index, loops)
         if self.flow == "target_to_source":
             src, dst = dst, src
         graph = graph_tensors(src, dst, x_src.size(0), num_dst, listed)
-        edge_attr = self._with_loop_attr(edge_attr, edge_index, loops)
-        return self._attend(graph, x_src, x_dst, res, edge_attr, None, self._keep(), False)[0]
+        a_edge = self._edge_scores(self._with_loop_attr(edge_attr, edge_index, loops))
+        return self._attend(graph, inputs, self.att_src, self.att_dst, self.bias, a_edge, None,
+                            self._attention_dropout(), False)[0]
 
-    def _keep(self) -> Optional[float]:
-        """The probability of keeping an attention coefficient in training (PyG's dropout; 1 drops
-        them all), None where nothing is dropped."""
-        if self.training and self.dropout > 0:
-            return 1.0 - self.dropout
-        return None
+    def _attention_dropout(self) -> float:
+        """The probability of dropping an attention coefficient: PyG's dropout in training, else 0."""
+        return float(self.dropout) if self.training and self.dropout > 0 else 0.0
 
-    def _project(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]]
-                 ) -> Tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
-        """(senders' features, receivers' features or None, residual or None), projected as PyG's
-        forward projects them, whichever the flow (as its rendered propagate() reads a pair)."""
+    def _inputs(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]]) -> _GatInputs:
+        """What the layer's op projects: the features as given with the projections' weights, where
+        calling the projections would compute F.linear(x, weight) and nothing more (modules.linear_weight);
+        else the features projected here."""
+        modules = self._modules  # read directly: Module.__getattr__ costs a microsecond a name
+        lin = modules.get("lin")  # a module, or a plain None attribute (bipartite layers)
+        weights = [linear_weight(m, Linear) for m in ((lin,) if lin is not None else
+                                                      (modules["lin_src"], modules["lin_dst"]))]
+        return self._project(x, None if any(w is None for w in weights) else weights)
+
+    def _project(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]],
+                 weights: Optional[List[Tensor]]) -> _GatInputs:
+        """The senders' and receivers' features (as PyG's rendered propagate() reads a pair, whichever
+        the flow) with `weights`, the projections' weights, for the op to project; without them,
+        projected here as PyG's forward projects them, by calling the projections. One set of
+        vertices with one projection is projected once: the receivers are the senders."""
         H, C = self.heads, self.out_channels
         res: Optional[Tensor] = None
         if isinstance(x, Tensor):
             _check_static(x)
             if self.res is not None:
                 res = self.res(x)
-            if self.lin is not None:
-                x_src = self.lin(x).view(-1, H, C)
-                return x_src, x_src, res
-            return self.lin_src(x).view(-1, H, C), self.lin_dst(x).view(-1, H, C), res
-        x_src, x_dst = x[0], x[1]
-        _check_static(x_src)
-        if x_dst is not None and self.res is not None:
-            res = self.res(x_dst)
+            x_src, x_dst, dst_scores = x, (None if self.lin is not None else x), True
+        else:
+            x_src, x_dst = x[0], x[1]
+            _check_static(x_src)
+            if x_dst is not None and self.res is not None:
+                res = self.res(x_dst)
+            dst_scores = x_dst is not None
+        if weights is not None:
+            return _GatInputs(x_src, x_dst, weights[0], weights[1] if len(weights) > 1 else None, dst_scores, res)
+        projected_dst: Optional[Tensor] = None
         if self.lin is not None:
-            return self.lin(x_src).view(-1, H, C), None if x_dst is None else self.lin(x_dst).view(-1, H, C), res
-        return self.lin_src(x_src).view(-1, H, C), None if x_dst is None else self.lin_dst(x_dst).view(-1, H, C), res
+            if x_dst is not None:
+                projected_dst = self.lin(x_dst).view(-1, H * C)
+            return _GatInputs(self.lin(x_src).view(-1, H * C), projected_dst, None, None, dst_scores, res)
+        if x_dst is not None:
+            projected_dst = self.lin_dst(x_dst).view(-1, H * C)
+        return _GatInputs(self.lin_src(x_src).view(-1, H * C), projected_dst, None, None, dst_scores, res)
 
     def _num_dst(self, x_src: Tensor, x_dst: Optional[Tensor], size: Optional[Tuple[int, int]]) -> int:
         if size is not None:
@@ -314,48 +355,27 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             return edge_attr
         return torch.cat([edge_attr, _loop_attr(edge_attr, plain, loops, self.fill_value)])
 
-    def _attend(self, graph: List[Tensor], x_src: Tensor, x_dst: Optional[Tensor], res: Optional[Tensor],
-                edge_attr: Optional[Tensor], mask: Optional[Tensor], keep: Optional[float],
+    def _edge_scores(self, edge_attr: Optional[Tensor]) -> Optional[Tensor]:
+        """The edges' attention scores from their features, as PyG computes them (None without)."""
+        if edge_attr is None or self.lin_edge is None:
+            return None
+        edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
+        return (self.lin_edge(edge_attr).view(-1, self.heads, self.out_channels) * self.att_edge).sum(-1, keepdim=True)
+
+    def _attend(self, graph: List[Tensor], inputs: _GatInputs, att_src: Tensor, att_dst: Tensor, bias: Optional[Tensor],
+                a_edge: Optional[Tensor], mask: Optional[Tensor], dropout: float,
                 with_attention: bool) -> Tuple[Tensor, Optional[Tensor]]:
-        """Attention and aggregation in one op over the message graph's tensors, then PyG's head
-        merge, residual and bias; with_attention, also the attention per edge slot. With `keep`,
-        attention dropout drawn in the kernel (no edges x heads mask), scaled as F.dropout scales."""
-        H, C = self.heads, self.out_channels
-        a_src = (x_src * self.att_src).sum(-1, keepdim=True)
-        a_dst: Optional[Tensor] = None
-        if x_dst is not None:
-            a_dst = (x_dst * self.att_dst).sum(-1, keepdim=True)
-        a_edge: Optional[Tensor] = None
-        if edge_attr is not None and self.lin_edge is not None:
-            edge_attr = edge_attr.view(-1, 1) if edge_attr.dim() == 1 else edge_attr
-            a_edge = (self.lin_edge(edge_attr).view(-1, H, C) * self.att_edge).sum(-1, keepdim=True)
-        # one dtype for the kernel: under autocast the scores come out float32 beside half features
-        a_src = a_src.to(x_src.dtype)
-        if a_dst is not None:
-            a_dst = a_dst.to(x_src.dtype)
-        if a_edge is not None:
-            a_edge = a_edge.to(x_src.dtype)
-        if mask is not None:
-            mask = mask.to(x_src.dtype).contiguous()
-        slope = torch.full((), self.negative_slope, dtype=_compute_dtype(x_src.dtype), device=x_src.device)
-        keep_t: Optional[Tensor] = None
-        seed: Optional[Tensor] = None
-        scale = 1.0
-        if keep is not None:
-            keep_t = torch.full((), keep, dtype=_compute_dtype(x_src.dtype), device=x_src.device)
-            seed = library.draw_seed(x_src.device)
-            scale = programs.kept_scale(keep)
-        results = torch.ops.seastar_layers.gat_attention(graph, a_src, x_src, slope, a_dst, a_edge, mask, keep_t,
-                                                         seed, with_attention)[0]
-        out = results[0] if keep is None else results[0] * scale
-        out = out.reshape(-1, H * C) if self.concat else out.mean(dim=1)
-        if res is not None:
-            out = out + res
-        if self.bias is not None:
-            out = out + self.bias
+        """Projection, attention, aggregation, PyG's head merge, residual and bias in one op over the
+        message graph's tensors (csrc/layer_ops.cpp: gat_conv); with_attention, also the attention per
+        edge slot. Attention dropout is drawn in the kernel (no edges x heads mask), scaled as
+        F.dropout scales."""
+        results = torch.ops.seastar_layers.gat_conv(
+            graph, inputs.x_src, inputs.x_dst, inputs.weight_src, inputs.weight_dst, att_src,
+            att_dst if inputs.dst_scores else None, a_edge, mask, inputs.residual, bias, float(self.negative_slope),
+            dropout, self.concat, with_attention)
         if not with_attention:
-            return out, None
-        return out, (results[1] if keep is None else results[1] * scale)
+            return results[0], None
+        return results[0], results[1]
 
     def __prepare_scriptable__(self):
         _not_scriptable(self, "GATConv")
@@ -444,7 +464,7 @@ def _from_rows(out: Tensor, features: List[int], axis: int) -> Tensor:
 
 
 def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved: bool, per_edge: bool):
-    """(graph messages travel along, its edge weights, the number of edges the user gave, dinv):
+    """(graph messages travel along, its edge weights, the number of edges the user gave, dinv (N, 1)):
     gcn_norm's weights when the layer normalizes, with PyG's cached=True semantics, and PyG's flow.
     Where those weights follow from degrees alone (no edge weights, improved=False) and the caller
     needs no per-edge values (per_edge: explain masks, edge dropout), the weight of u -> v is
@@ -453,8 +473,8 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
     if layer.normalize and layer.cached and layer._cached_edge_index is not None:
         return layer._cached_edge_index
     n = _num_vertices(name, layer.node_dim, x)
-    _check_flow(layer, edge_index)
     sparse = _is_sparse(edge_index)
+    _check_flow(layer, sparse)
     if layer.normalize and sparse:
         # PyG normalises a sparse adjacency in its own way (self-loops added, not "remaining")
         normalized = gcn_norm(edge_index, None, n, improved, layer.add_self_loops, layer.flow, x.dtype)
@@ -469,7 +489,7 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
         return edges.with_self_loops(ei[0], ei[1], n) if with_loops else (ei[0], ei[1], None)
 
     key = ("gcn", layer.add_self_loops) if layer.normalize else ()
-    graph = _message_graph(layer, edge_index, ei, n if with_loops else 0, (n, n), key)  # checks the indices first
+    graph = _message_graph(layer, edge_index, ei, n if with_loops else 0, (n, n), key, sparse)  # checks the indices
     dinv = None
     if layer.normalize and not sparse:
         def normalized_weights():
@@ -477,7 +497,7 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
 
         def inverse_sqrt_degree():  # as gcn_norm: degrees in the features' dtype, 0 for isolated vertices
             degree = graph.in_degree(x.dtype).pow(-0.5)
-            return degree.masked_fill(degree == float("inf"), 0)
+            return degree.masked_fill(degree == float("inf"), 0).unsqueeze(1)  # a column: it scales rows
 
         compiling = torch.compiler.is_compiling()
         if weight is None and not improved and not (per_edge or layer.cached):
@@ -529,7 +549,7 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
         if torch.jit.is_scripting():
             graph, weight, _ = _scripted_propagation("GCNConv", self.node_dim, x, edge_index, edge_weight,
                                                      self.normalize, self.add_self_loops, self.improved, self.flow)
-            return self._weighted_sum(graph, x, weight, None)
+            return self._weighted_sum(graph, x, weight, None, None, self.bias)
         else:
             return self._eager(x, edge_index, edge_weight)
 
@@ -547,21 +567,22 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
         graph, weight, inputs, dinv = _propagation(self, "GCNConv", x, edge_index, edge_weight, self.improved,
                                                    self.explain)
         weight = _edge_weights(self, graph, weight, x.dim(), inputs)
-        return self._weighted_sum(graph.op_tensors(), x, weight, dinv)
+        # read directly: Module.__getattr__ costs a microsecond a name, on every call
+        lin_weight = linear_weight(self._modules["lin"], Linear) if x.dim() == 2 and self.node_dim % 2 == 0 else None
+        return self._weighted_sum(graph.op_tensors(), x, weight, dinv, lin_weight, self._parameters["bias"])
 
-    def _weighted_sum(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], dinv: Optional[Tensor]) -> Tensor:
-        """out = sum_e w[e] * lin(x)[u], or with dinv, dinv[v] * sum_e dinv[u] * lin(x)[u]."""
-        x = self.lin(x)
-        rows, features, axis = _to_rows(x, self.node_dim)
-        if dinv is not None:
-            dinv = dinv.to(rows.dtype).unsqueeze(1)
-            rows = rows * dinv
-        out = torch.ops.seastar_layers.weighted_sum(graph, rows, None if weight is None else weight.to(x.dtype))[0][0]
-        if dinv is not None:
-            out = out * dinv
-        out = _from_rows(out, features, axis)
-        if self.bias is not None:
-            out = out + self.bias
+    def _weighted_sum(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], dinv: Optional[Tensor],
+                      lin_weight: Optional[Tensor], bias: Optional[Tensor]) -> Tensor:
+        """out = sum_e w[e] * lin(x)[u], or with dinv, dinv[v] * sum_e dinv[u] * lin(x)[u], plus the bias:
+        one op (csrc/layer_ops.cpp: gcn_conv), which projects (N, F) features itself with `lin_weight`
+        (see modules.linear_weight)."""
+        if lin_weight is not None:
+            return torch.ops.seastar_layers.gcn_conv(graph, x, lin_weight, dinv, dinv, weight, bias)
+        rows, features, axis = _to_rows(self.lin(x), self.node_dim)
+        out = _from_rows(torch.ops.seastar_layers.gcn_conv(graph, rows, None, dinv, dinv, weight, None),
+                         features, axis)
+        if bias is not None:
+            out = out + bias
         return out
 
     def __prepare_scriptable__(self):
@@ -603,7 +624,7 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
         """K steps of out = keep * dinv[v] * sum_e dinv[u] * out[u] + alpha * h, looped in C++
         (csrc/layer_ops.cpp)."""
         rows, features, axis = _to_rows(x, self.node_dim)
-        dinv = dinv.to(rows.dtype).unsqueeze(1)
+        dinv = dinv.to(rows.dtype)
         out = torch.ops.seastar_layers.appnp_propagate(graph, rows, dinv, dinv, float(self.alpha), self.K)
         return _from_rows(out, features, axis)
 
