@@ -142,7 +142,9 @@ def configure(ext: Extension, with_cuda: bool) -> list[str]:
 
     from seastar_layers.runtime import config, toolchain
 
-    ext.include_dirs += [str(ROOT / "csrc"), *cpp_extension.include_paths()]
+    # relative, as the sources are (the build runs in the source tree): the same compile command in any
+    # folder, so a compiler cache serves the sdist's build too (scripts/compiler_cache.sh)
+    ext.include_dirs += ["csrc", *cpp_extension.include_paths()]
     ext.library_dirs += cpp_extension.library_paths()
     ext.libraries += ["c10", "torch", "torch_cpu"]
     flags = ["-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]

@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
+. scripts/compiler_cache.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 unset SEASTAR_NATIVE  # the distributed build must be the portable one

@@ -8,4 +8,5 @@ fi
 . .venv/bin/activate
 python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 python -m pip install -q -r requirements.txt
+. scripts/compiler_cache.sh
 python -m pip install -q --no-build-isolation -e .
