@@ -117,22 +117,59 @@ def _evaluated(nodes, kernel_of: dict[int, int], roots: list[int], k: int) -> se
     return seen
 
 
-def _materialise_neighbour_reductions(nodes, kernel_of: dict[int, int], writes: dict[int, list], n_kernels: int,
-                                      kernel_for_output) -> dict[int, int]:
-    """Reductions over features of the neighbour's row that a kernel evaluates per edge, where an
-    earlier kernel sweeping those rows can compute them once per row: {value: that kernel}. The
-    consumer then reads a few values per edge instead of the rows reduced (GAT's backward over
-    source rows reads sum(g * out) per destination: H values instead of two H x C rows)."""
+# For comparing the sizes of values whose shapes hold run-time sizes: a typical heads or channels count.
+RUN_TIME_SIZE = 8
+
+
+def _elements(shape: tuple) -> int:
+    out = 1
+    for d in shape:
+        out *= d if isinstance(d, int) else RUN_TIME_SIZE
+    return out
+
+
+def _row_reads(nodes, kernel_of: dict[int, int], i: int, k: int) -> set[int]:
+    """What kernel k reads from buffers to compute value i: inputs and other kernels' aggregations."""
+    reads, seen, stack = set(), set(), [i]
+    while stack:
+        j = stack.pop()
+        if j in seen:
+            continue
+        seen.add(j)
+        n = nodes[j]
+        if n.op is Op.INPUT or (n.op.kind == Kind.AGGREGATION and kernel_of[j] != k):
+            reads.add(j)
+        else:
+            stack.extend(n.args)
+    return reads
+
+
+def _materialise_neighbour_values(nodes, kernel_of: dict[int, int], writes: dict[int, list], n_kernels: int,
+                                  kernel_for_output) -> dict[int, int]:
+    """Values of the rows at the other end of a kernel's edges (its neighbours) that it would compute
+    per edge, where an earlier kernel sweeping those rows can compute them once per row: {value: that
+    kernel}. The consumer then reads the value per edge instead of what it is computed from. Taken
+    are the largest such expressions (those an edge value reads), and only where they are no larger
+    than the neighbour inputs they are made of: GAT's backward over source rows reads, per edge, the
+    destination's gradient already scaled by 1 / total and masked (one row instead of the gradient,
+    the total and the degree, and no division per edge and head), and sum(g * out) per destination
+    (H values instead of two H x C rows). Only a kernel that exists anyway computes them: a sweep
+    added for them would cost more than it saves. They are the same expressions in the same order,
+    so the values read are the values that would have been computed, bit for bit."""
+    existing = set(kernel_of.values()) | set(writes)
     chosen: dict[int, int] = {}
     for k in range(n_kernels):
         neighbours = Space.DST if k % 2 else Space.SRC  # the rows at the other end of kernel k's edges
         roots = [nodes[a].args[0] for a, ka in kernel_of.items() if ka == k] + [i for _, i, _ in writes.get(k, [])]
-        for i in sorted(_evaluated(nodes, kernel_of, roots, k)):
+        evaluated = _evaluated(nodes, kernel_of, roots, k)
+        read_by_edges = {a for i in evaluated if nodes[i].space is not neighbours for a in nodes[i].args}
+        for i in sorted(read_by_edges & evaluated):
             n = nodes[i]
-            if n.op.kind != Kind.REDUCE or n.space is not neighbours or i in chosen:
+            if n.space is not neighbours or n.op is Op.INPUT or n.op.kind == Kind.AGGREGATION or i in chosen:
                 continue
             p = kernel_for_output(i, neighbours)
-            if p < k:
+            if p < k and p in existing and _elements(n.shape) <= sum(_elements(nodes[j].shape) for j in
+                                                                      _row_reads(nodes, kernel_of, i, k)):
                 chosen[i] = p
     return chosen
 
@@ -176,7 +213,7 @@ def schedule(prog: Program) -> Schedule:
 
     n_kernels = max(list(kernel_of.values()) + list(writes) + [0]) + 1
     # written by a kernel before the one that reads them: the kernel count stays
-    materialised = _materialise_neighbour_reductions(nodes, kernel_of, writes, n_kernels, kernel_for_output)
+    materialised = _materialise_neighbour_values(nodes, kernel_of, writes, n_kernels, kernel_for_output)
     for i, p in materialised.items():
         buf = Buffer(BufferKey(Role.TEMP, str(i), nodes[i].space), nodes[i].shape)
         buffers.append(buf)

@@ -223,7 +223,7 @@ struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
   const int64_t* graph[8];
-  void* buffers[11];
+  void* buffers[12];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
@@ -244,8 +244,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:22@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:24@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
+  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:41@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -408,10 +409,13 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       b7[r * 4 + i0] = v53[i0];
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      b9[r * 4 + i0] = v22[i0];
+      b9[r * 4 + i0] = v7[i0];
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      b10[r * 4 + i0] = v24[i0];
+      b10[r * 4 + i0] = v11[i0];
+    }
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      b11[r * 4 + i0] = v41[i0];
     }
   }
 }
@@ -427,12 +431,11 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:22@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:24@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
+  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:41@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -448,11 +451,10 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
       const scalar_t* v3 = b3 + nbr * 4;
-      const acc_t* v6 = b4 + nbr * 4;
-      const acc_t* v10 = b5 + nbr * 4;
+      const acc_t* v7 = b9 + nbr * 4;
+      const acc_t* v11 = b10 + nbr * 4;
       const scalar_t* v0 = b0 + nbr * 32;
-      const acc_t* v22 = b9 + nbr * 4;
-      const acc_t* v24 = b10 + nbr * 4;
+      const acc_t* v41 = b11 + nbr * 4;
       if (j + 16 < end) {
         const auto* ahead = b0 + nbrs[j + 16] * 32;
         for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
@@ -463,22 +465,14 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       for (int64_t o0 = 0; o0 < 4; ++o0) {
         const acc_t s4 = (v2[o0] + v3[o0]);
         const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
-        const acc_t s7 = (-v6[o0]);
-        const acc_t s8 = (s5 + s7);
+        const acc_t s8 = (s5 + v7[o0]);
         const acc_t s9 = seastar_exp(s8);
-        const acc_t s11 = ((acc_t)1 / v10[o0]);
-        const acc_t s12 = (s9 * s11);
-        const acc_t s25 = (v22[o0] + v24[o0]);
-        const acc_t s26 = (s11 * s11);
-        const acc_t s27 = (s25 * s26);
-        const acc_t s28 = (-s27);
+        const acc_t s12 = (s9 * v11[o0]);
         const bool s29 = (s4 > (acc_t)0.0);
         const acc_t s31 = (s29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s32 = (s11 * s9);
+        const acc_t s32 = (v11[o0] * s9);
         const acc_t s33 = (s32 * s31);
-        const acc_t s40 = ((acc_t)0.0 * s11);
-        const acc_t s41 = (s40 + s28);
-        const acc_t s42 = (s41 * s9);
+        const acc_t s42 = (v41[o0] * s9);
         const acc_t s43 = (s42 * s31);
         acc44[o0] += s43;
         t12[o0] = s12;
@@ -547,13 +541,14 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[6] != sizes[0] * 4) return 7;  // gradient:el@src [4, 1]
   if (numels[7] != sizes[1] * 4) return 8;  // gradient:er@dst [4, 1]
   if (numels[8] != sizes[0] * 32) return 9;  // gradient:h@src [4, 8]
-  if (numels[9] != sizes[1] * 4) return 10;  // temp:22@dst [4, 1]
-  if (numels[10] != sizes[1] * 4) return 11;  // temp:24@dst [4, 1]
+  if (numels[9] != sizes[1] * 4) return 10;  // temp:7@dst [4, 1]
+  if (numels[10] != sizes[1] * 4) return 11;  // temp:11@dst [4, 1]
+  if (numels[11] != sizes[1] * 4) return 12;  // temp:41@dst [4, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
-  for (int k = 0; k < 11; ++k) p.buffers[k] = buffers[k];
+  for (int k = 0; k < 12; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
   p.scratch_per_row = 0;

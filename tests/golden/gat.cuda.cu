@@ -211,7 +211,7 @@ struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
   const int64_t* graph[8];
-  void* buffers[11];
+  void* buffers[12];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
@@ -232,8 +232,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:22@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:24@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
+  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:41@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -434,10 +435,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       b7[r * 4 + f] = v53[f];
     }
     for (int64_t f = lane; f < 4; f += lanes) {
-      b9[r * 4 + f] = v22[f];
+      b9[r * 4 + f] = v7[f];
     }
     for (int64_t f = lane; f < 4; f += lanes) {
-      b10[r * 4 + f] = v24[f];
+      b10[r * 4 + f] = v11[f];
+    }
+    for (int64_t f = lane; f < 4; f += lanes) {
+      b11[r * 4 + f] = v41[f];
     }
     __syncwarp(group_mask);
   }
@@ -454,12 +458,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:22@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:24@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
+  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:41@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -484,8 +487,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v3 = b3 + nbr * 4;
-        const acc_t* v6 = b4 + nbr * 4;
-        const acc_t* v10 = b5 + nbr * 4;
+        const acc_t* v7 = b9 + nbr * 4;
+        const acc_t* v11 = b10 + nbr * 4;
         const scalar_t* v0 = b0 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -493,15 +496,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
           if (f < 32) {
             const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
-            const acc_t e7 = (-v6[(f / (8))]);
-            const acc_t e8 = (e5 + e7);
+            const acc_t e8 = (e5 + v7[(f / (8))]);
             const acc_t e9 = expf(e8);
-            const acc_t e11 = ((acc_t)1 / v10[(f / (8))]);
-            const acc_t e12 = (e9 * e11);
+            const acc_t e12 = (e9 * v11[(f / (8))]);
             const acc_t e13 = (v0[f] * e12);
             const bool e29 = (e4 > (acc_t)0.0);
             const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e32 = (e11 * e9);
+            const acc_t e32 = (v11[(f / (8))] * e9);
             const acc_t e33 = (e32 * e31);
             const acc_t e34 = (e33 * v0[f]);
             acc14[k] += e13;
@@ -526,29 +527,19 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v3 = b3 + nbr * 4;
-        const acc_t* v6 = b4 + nbr * 4;
-        const acc_t* v10 = b5 + nbr * 4;
-        const acc_t* v22 = b9 + nbr * 4;
-        const acc_t* v24 = b10 + nbr * 4;
+        const acc_t* v7 = b9 + nbr * 4;
+        const acc_t* v41 = b11 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
           if (f < 4) {
             const acc_t e4 = (v2[f] + v3[f]);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
-            const acc_t e7 = (-v6[f]);
-            const acc_t e8 = (e5 + e7);
+            const acc_t e8 = (e5 + v7[f]);
             const acc_t e9 = expf(e8);
-            const acc_t e11 = ((acc_t)1 / v10[f]);
-            const acc_t e25 = (v22[f] + v24[f]);
-            const acc_t e26 = (e11 * e11);
-            const acc_t e27 = (e25 * e26);
-            const acc_t e28 = (-e27);
             const bool e29 = (e4 > (acc_t)0.0);
             const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e40 = ((acc_t)0.0 * e11);
-            const acc_t e41 = (e40 + e28);
-            const acc_t e42 = (e41 * e9);
+            const acc_t e42 = (v41[f] * e9);
             const acc_t e43 = (e42 * e31);
             acc44[k] += e43;
           }
@@ -609,13 +600,14 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[6] != sizes[0] * 4) return 7;  // gradient:el@src [4, 1]
   if (numels[7] != sizes[1] * 4) return 8;  // gradient:er@dst [4, 1]
   if (numels[8] != sizes[0] * 32) return 9;  // gradient:h@src [4, 8]
-  if (numels[9] != sizes[1] * 4) return 10;  // temp:22@dst [4, 1]
-  if (numels[10] != sizes[1] * 4) return 11;  // temp:24@dst [4, 1]
+  if (numels[9] != sizes[1] * 4) return 10;  // temp:7@dst [4, 1]
+  if (numels[10] != sizes[1] * 4) return 11;  // temp:11@dst [4, 1]
+  if (numels[11] != sizes[1] * 4) return 12;  // temp:41@dst [4, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
-  for (int k = 0; k < 11; ++k) p.buffers[k] = buffers[k];
+  for (int k = 0; k < 12; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;

@@ -190,8 +190,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -254,10 +254,14 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       b7[r * 3 + i0] = v14[i0];
     }
     for (int64_t i0 = 0; i0 < 3; ++i0) {
-      b8[r * 3 + i0] = v7[i0];
+      b8[r * 3 + i0] = v8[i0];
+    }
+    acc_t v18[3];
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      v18[i0] = ((acc_t)1 / v17[i0]);
     }
     for (int64_t i0 = 0; i0 < 3; ++i0) {
-      b9[r * 3 + i0] = v17[i0];
+      b9[r * 3 + i0] = v18[i0];
     }
   }
 }
@@ -276,8 +280,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -293,22 +297,20 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
         (void)nbr; (void)eid;
         const scalar_t* v3 = b3 + nbr * 3;
         const acc_t* v5 = b4 + nbr * 3;
-        const acc_t* v7 = b8 + nbr * 3;
+        const acc_t* v8 = b8 + nbr * 3;
         const scalar_t* v1 = b1 + nbr * 3;
         const acc_t* v15 = b5 + nbr * 3;
-        const acc_t* v17 = b9 + nbr * 3;
+        const acc_t* v18 = b9 + nbr * 3;
         const scalar_t* v0 = b0 + nbr * 3;
         #pragma omp simd
         for (int k = 0; k < 3; ++k) {
           const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
           const bool e6 = (e4 == v5[(c0 + k)]);
-          const acc_t e8 = ((acc_t)1 / v7[(c0 + k)]);
-          const acc_t e9 = ((acc_t)e6 * e8);
+          const acc_t e9 = ((acc_t)e6 * v8[(c0 + k)]);
           const acc_t e10 = (v1[(c0 + k)] * e9);
           const acc_t e11 = (e10 * v3[(c0 + k)]);
           const bool e16 = (v2[(c0 + k)] == v15[(c0 + k)]);
-          const acc_t e18 = ((acc_t)1 / v17[(c0 + k)]);
-          const acc_t e19 = ((acc_t)e16 * e18);
+          const acc_t e19 = ((acc_t)e16 * v18[(c0 + k)]);
           const acc_t e20 = (v0[(c0 + k)] * e19);
           acc13[k] += e11;
           acc21[k] += e20;
@@ -339,8 +341,8 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[5] != sizes[1] * 3) return 6;  // saved:1@dst [3]
   if (numels[6] != sizes[0] * 3) return 7;  // gradient:x@src [3]
   if (numels[7] != sizes[1] * 3) return 8;  // gradient:y@dst [3]
-  if (numels[8] != sizes[1] * 3) return 9;  // temp:7@dst [3]
-  if (numels[9] != sizes[1] * 3) return 10;  // temp:17@dst [3]
+  if (numels[8] != sizes[1] * 3) return 9;  // temp:8@dst [3]
+  if (numels[9] != sizes[1] * 3) return 10;  // temp:18@dst [3]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];

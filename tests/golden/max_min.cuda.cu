@@ -175,8 +175,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -263,10 +263,14 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       b7[r * 3 + f] = v14[f];
     }
     for (int64_t f = lane; f < 3; f += lanes) {
-      b8[r * 3 + f] = v7[f];
+      b8[r * 3 + f] = v8[f];
+    }
+    acc_t v18[3];
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      v18[i0] = ((acc_t)1 / v17[i0]);
     }
     for (int64_t f = lane; f < 3; f += lanes) {
-      b9[r * 3 + f] = v17[f];
+      b9[r * 3 + f] = v18[f];
     }
     __syncwarp(group_mask);
   }
@@ -286,8 +290,8 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:7@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:17@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -313,10 +317,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         (void)nbr; (void)eid;
         const scalar_t* v3 = b3 + nbr * 3;
         const acc_t* v5 = b4 + nbr * 3;
-        const acc_t* v7 = b8 + nbr * 3;
+        const acc_t* v8 = b8 + nbr * 3;
         const scalar_t* v1 = b1 + nbr * 3;
         const acc_t* v15 = b5 + nbr * 3;
-        const acc_t* v17 = b9 + nbr * 3;
+        const acc_t* v18 = b9 + nbr * 3;
         const scalar_t* v0 = b0 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -324,13 +328,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
           if (f < 3) {
             const acc_t e4 = (v2[f] * v3[f]);
             const bool e6 = (e4 == v5[f]);
-            const acc_t e8 = ((acc_t)1 / v7[f]);
-            const acc_t e9 = ((acc_t)e6 * e8);
+            const acc_t e9 = ((acc_t)e6 * v8[f]);
             const acc_t e10 = (v1[f] * e9);
             const acc_t e11 = (e10 * v3[f]);
             const bool e16 = (v2[f] == v15[f]);
-            const acc_t e18 = ((acc_t)1 / v17[f]);
-            const acc_t e19 = ((acc_t)e16 * e18);
+            const acc_t e19 = ((acc_t)e16 * v18[f]);
             const acc_t e20 = (v0[f] * e19);
             acc13[k] += e11;
             acc21[k] += e20;
@@ -367,8 +369,8 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[5] != sizes[1] * 3) return 6;  // saved:1@dst [3]
   if (numels[6] != sizes[0] * 3) return 7;  // gradient:x@src [3]
   if (numels[7] != sizes[1] * 3) return 8;  // gradient:y@dst [3]
-  if (numels[8] != sizes[1] * 3) return 9;  // temp:7@dst [3]
-  if (numels[9] != sizes[1] * 3) return 10;  // temp:17@dst [3]
+  if (numels[8] != sizes[1] * 3) return 9;  // temp:8@dst [3]
+  if (numels[9] != sizes[1] * 3) return 10;  // temp:18@dst [3]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];

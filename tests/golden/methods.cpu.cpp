@@ -291,9 +291,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:42@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:44@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:48@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -492,14 +492,14 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
       b7[r * 10 + i0 * 5 + i1] = v57[i0 * 5 + i1];
     }
-    {
-      b8[r * 1 + 0] = v1[0];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      b8[r * 2 + i0] = v21[i0];
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) {
-      b9[r * 2 + i0] = v42[i0];
+      b9[r * 2 + i0] = v25[i0];
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) {
-      b10[r * 2 + i0] = v44[i0];
+      b10[r * 2 + i0] = v48[i0];
     }
   }
 }
@@ -514,12 +514,10 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:42@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:44@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:48@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -540,7 +538,13 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
-      const acc_t* v1 = b8 + nbr * 1;
+      const scalar_t* v0 = b0 + nbr * 5;
+      acc_t v1[1];
+      {
+        acc_t total = 0;
+        for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
+        v1[0] = total;
+      }
       const acc_t* v2 = v1;
       acc_t v4[1];
       {
@@ -556,7 +560,6 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
         v10[i0 * 5 + i1] = v9[i0];
       }
-      const scalar_t* v0 = b0 + nbr * 5;
       acc_t v11[5];
       for (int64_t i0 = 0; i0 < 5; ++i0) {
         v11[i0] = (v0[i0] * (acc_t)0.5);
@@ -581,11 +584,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
         for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
         v19[i0] = total;
       }
-      const acc_t* v20 = b4 + nbr * 2;
-      acc_t v21[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v21[i0] = (-v20[i0]);
-      }
+      const acc_t* v21 = b8 + nbr * 2;
       acc_t v22[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v22[i0] = (v19[i0] + v21[i0]);
@@ -594,11 +593,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v23[i0] = seastar_exp(v22[i0]);
       }
-      const acc_t* v24 = b5 + nbr * 2;
-      acc_t v25[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v25[i0] = ((acc_t)1 / v24[i0]);
-      }
+      const acc_t* v25 = b9 + nbr * 2;
       acc_t v26[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v26[i0] = (v23[i0] * v25[i0]);
@@ -624,24 +619,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      const acc_t* v42 = b9 + nbr * 2;
-      const acc_t* v44 = b10 + nbr * 2;
-      acc_t v45[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v45[i0] = (v42[i0] + v44[i0]);
-      }
-      acc_t v46[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v46[i0] = (v25[i0] * v25[i0]);
-      }
-      acc_t v47[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v47[i0] = (v45[i0] * v46[i0]);
-      }
-      acc_t v48[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v48[i0] = (-v47[i0]);
-      }
+      const acc_t* v48 = b10 + nbr * 2;
       acc_t v49[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v49[i0] = (v35[i0] + v48[i0]);
@@ -697,9 +675,9 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[5] != sizes[1] * 2) return 6;  // saved:8@dst [2, 1]
   if (numels[6] != sizes[0] * 10) return 7;  // gradient:h@src [2, 5]
   if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
-  if (numels[8] != sizes[1] * 1) return 9;  // temp:1@dst [1]
-  if (numels[9] != sizes[1] * 2) return 10;  // temp:42@dst [2, 1]
-  if (numels[10] != sizes[1] * 2) return 11;  // temp:44@dst [2, 1]
+  if (numels[8] != sizes[1] * 2) return 9;  // temp:21@dst [2, 1]
+  if (numels[9] != sizes[1] * 2) return 10;  // temp:25@dst [2, 1]
+  if (numels[10] != sizes[1] * 2) return 11;  // temp:48@dst [2, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];

@@ -273,9 +273,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:42@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:44@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:48@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -518,14 +518,14 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t f = lane; f < 10; f += lanes) {
       b7[r * 10 + f] = v57[f];
     }
-    for (int64_t f = lane; f < 1; f += lanes) {
-      b8[r * 1 + f] = v1[f];
+    for (int64_t f = lane; f < 2; f += lanes) {
+      b8[r * 2 + f] = v21[f];
     }
     for (int64_t f = lane; f < 2; f += lanes) {
-      b9[r * 2 + f] = v42[f];
+      b9[r * 2 + f] = v25[f];
     }
     for (int64_t f = lane; f < 2; f += lanes) {
-      b10[r * 2 + f] = v44[f];
+      b10[r * 2 + f] = v48[f];
     }
     __syncwarp(group_mask);
   }
@@ -541,12 +541,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:1@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:42@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:44@dst
+  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
+  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:48@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -578,7 +576,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
-      const acc_t* v1 = b8 + nbr * 1;
+      const scalar_t* v0 = b0 + nbr * 5;
+      acc_t v1[1];
+      {
+        acc_t total = 0;
+        for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
+        v1[0] = total;
+      }
       const acc_t* v2 = v1;
       acc_t v4[1];
       {
@@ -596,7 +600,6 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         v10[f] = v9[i0];
       }
       __syncwarp(group_mask);
-      const scalar_t* v0 = b0 + nbr * 5;
       acc_t* __restrict__ v11 = scratch + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 5; f += lanes) {
         v11[f] = (v0[f] * (acc_t)0.5);
@@ -626,11 +629,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
         v19[i0] = total;
       }
-      const acc_t* v20 = b4 + nbr * 2;
-      acc_t v21[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v21[i0] = (-v20[i0]);
-      }
+      const acc_t* v21 = b8 + nbr * 2;
       acc_t v22[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v22[i0] = (v19[i0] + v21[i0]);
@@ -639,11 +638,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v23[i0] = expf(v22[i0]);
       }
-      const acc_t* v24 = b5 + nbr * 2;
-      acc_t v25[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v25[i0] = ((acc_t)1 / v24[i0]);
-      }
+      const acc_t* v25 = b9 + nbr * 2;
       acc_t v26[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v26[i0] = (v23[i0] * v25[i0]);
@@ -672,24 +667,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      const acc_t* v42 = b9 + nbr * 2;
-      const acc_t* v44 = b10 + nbr * 2;
-      acc_t v45[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v45[i0] = (v42[i0] + v44[i0]);
-      }
-      acc_t v46[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v46[i0] = (v25[i0] * v25[i0]);
-      }
-      acc_t v47[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v47[i0] = (v45[i0] * v46[i0]);
-      }
-      acc_t v48[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v48[i0] = (-v47[i0]);
-      }
+      const acc_t* v48 = b10 + nbr * 2;
       acc_t v49[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v49[i0] = (v35[i0] + v48[i0]);
@@ -756,9 +734,9 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[5] != sizes[1] * 2) return 6;  // saved:8@dst [2, 1]
   if (numels[6] != sizes[0] * 10) return 7;  // gradient:h@src [2, 5]
   if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
-  if (numels[8] != sizes[1] * 1) return 9;  // temp:1@dst [1]
-  if (numels[9] != sizes[1] * 2) return 10;  // temp:42@dst [2, 1]
-  if (numels[10] != sizes[1] * 2) return 11;  // temp:44@dst [2, 1]
+  if (numels[8] != sizes[1] * 2) return 9;  // temp:21@dst [2, 1]
+  if (numels[9] != sizes[1] * 2) return 10;  // temp:25@dst [2, 1]
+  if (numels[10] != sizes[1] * 2) return 11;  // temp:48@dst [2, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
