@@ -232,7 +232,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         programs.check_features("GATConv", x)
         library.require()
         inputs = self._inputs(x)
-        x_src, x_dst = inputs[0], inputs[1]
+        x_src, x_dst = inputs.x_src, inputs.x_dst
         _check_flow(self, sparse)
         plain, _, sparse_size = _edge_list(edge_index)  # as PyG: edge features come from edge_attr
         _check_edge_index(plain)
@@ -275,7 +275,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             raise ValueError("a scripted seastar_layers.GATConv takes an edge_index of shape (2, E), not a sparse "
                              "adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
         inputs = self._project(x, None)
-        x_src, x_dst = inputs[0], inputs[1]
+        x_src, x_dst = inputs.x_src, inputs.x_dst
         num_dst = self._num_dst(x_src, x_dst, size)
         loops = self._loops(x_src, x_dst, size)
         src, dst, listed = self._slots(edge_index, loops)
