@@ -303,6 +303,24 @@ def test_gat_conv_composite(case):
     torch.library.opcheck(OPS.gat_conv, (graph.tensors(),), single)
 
 
+@pytest.mark.parametrize("case", GAT_CONV_CASES)
+def test_gat_conv_inference_loops_equal_the_recorded_ops(case):
+    """Where no gradient is wanted, gat_conv computes the scores and adds the bias in plain loops
+    (csrc/layer_ops.cpp: plain_values) instead of ATen ops: equal to what the ops compute when a
+    gradient is wanted, in float32 and float64; and the loops are what inference runs (no aten::mul,
+    which the recorded scores call)."""
+    for dtype in (torch.float32, torch.float64):
+        graph, _, args = gat_conv_case(case, dtype)
+        with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            plain = OPS.gat_conv(graph.tensors(), **args)
+        assert "aten::mul" not in {event.name for event in profile.events()}
+        wanting = {k: v.clone().requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+        recorded = OPS.gat_conv(graph.tensors(), **wanting)
+        assert recorded[0].requires_grad
+        for got, want in zip(plain, recorded):
+            torch.testing.assert_close(got, want.detach())
+
+
 def test_gat_conv_dropout_is_the_programs():
     """With attention dropout the op draws the program's seed from torch's generator (as the layers
     did before) and scales what it keeps by 1 / (1 - p): the gat_attention op on the same seed,
