@@ -365,15 +365,15 @@ def _fingerprint(t: torch.Tensor) -> int:
     hashes it at memory speed (12-18 ms for a (2, 14.3M) edge_index on 2 cores, where the cheapest
     layer step over that graph takes 200 ms); without the extension, and on a GPU, torch does, in
     about twice the time. Index arrays of a sparse layout are hashed each, then combined."""
+    if t.is_cpu and t.layout == torch.strided and _extension() is not None:  # how layers' edge_index come
+        # an index tensor as it usually comes (contiguous, no gradient) lends numpy its buffer as is
+        words = t.numpy() if t.is_contiguous() and not t.requires_grad else t.detach().contiguous().numpy()
+        return _extension().fingerprint(words, torch.get_num_threads())  # its bytes (a contiguous buffer)
     if t.layout != torch.strided:
         parts = {torch.sparse_coo: lambda: [t._indices()],
                  torch.sparse_csr: lambda: [t.crow_indices(), t.col_indices()],
                  torch.sparse_csc: lambda: [t.ccol_indices(), t.row_indices()]}[t.layout]()
         return hash(tuple(_fingerprint(p) for p in parts))
-    if t.device.type == "cpu" and _extension() is not None:
-        # an index tensor as it usually comes (contiguous, no gradient) lends numpy its buffer as is
-        words = t.numpy() if t.is_contiguous() and not t.requires_grad else t.detach().contiguous().numpy()
-        return _extension().fingerprint(words, torch.get_num_threads())  # its bytes (a contiguous buffer)
     if t.device.type == "cpu" and t.numel() <= _FINGERPRINT_BLOCK:
         return hash(t.contiguous().numpy().tobytes())  # exactly the bytes: cheaper than the products below
     flat = t.reshape(-1)

@@ -249,10 +249,11 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             explained = explained.view(-1, 1, 1).expand(graph.num_edges, H, 1)
         graph_tensors = graph.op_tensors()
         params = self._parameters  # read directly: Module.__getattr__ costs a microsecond a name, on every call
+        if not return_attention_weights:
+            return self._attend(graph_tensors, inputs, params["att_src"], params["att_dst"], params["bias"], a_edge,
+                                explained, dropout, False)[0]
         attend = functools.partial(self._attend, graph_tensors, inputs, params["att_src"], params["att_dst"],
                                    params["bias"], a_edge)
-        if not return_attention_weights:
-            return attend(explained, dropout, False)[0]
         # PyG returns the attention after dropout; its explain mask scales the messages only
         if explained is None:
             out, alpha = attend(None, dropout, True)
@@ -312,7 +313,8 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
             _check_static(x)
             if self.res is not None:
                 res = self.res(x)
-            x_src, x_dst, dst_scores = x, (None if self.lin is not None else x), True
+            shared = len(weights) == 1 if weights is not None else self.lin is not None  # one projection
+            x_src, x_dst, dst_scores = x, (None if shared else x), True
         else:
             x_src, x_dst = x[0], x[1]
             _check_static(x_src)
