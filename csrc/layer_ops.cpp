@@ -182,8 +182,10 @@ std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, 
   }
   at::Tensor out = concat ? results[0].reshape_symint({num_dst, groups * heads * channels}) : results[0].mean(1);
   if (residual.has_value()) out = out + *residual;
-  if (bias.has_value() && plain_values({&out, &*bias}) && bias->dim() == 1 && bias->numel() > 0 &&
-      out.dim() == 2 && out.size(1) % bias->numel() == 0) {
+  // the loops take only a bias the ops below would add without broadcasting it: any other fails there, as before
+  const bool plain_bias = bias.has_value() && plain_values({&out, &*bias}) && bias->dim() == 1 && out.dim() == 2 &&
+                          bias->numel() > 0 && holds(bias->sym_numel() * (grouped ? groups : 1) == out.sym_size(1));
+  if (plain_bias) {
     add_rows(out, *bias);  // out is the program's own result (or a sum made above): no one else holds it
   } else if (bias.has_value()) {  // per group: over DGL's middle axes
     out = grouped ? (out.view_symint({num_dst, groups, heads * channels}) + *bias).flatten(1) : out + *bias;

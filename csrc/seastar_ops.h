@@ -570,7 +570,7 @@ class Call {
   }
 
   // Every destination's in-degree (graph[0]'s row lengths) as `dtype`. On the CPU in one pass: the
-  // four ATen ops (two slices, a difference, a cast) cost 3-4 us, more than a small graph's kernel.
+  // four ATen ops (two slices, a difference, a cast) cost 2-3 us, more than a small graph's kernel.
   at::Tensor in_degrees(at::ScalarType dtype) const {
     const at::Tensor& indptr = graph_[0];
     if (!indptr.is_cpu()) return (indptr.slice(0, 1) - indptr.slice(0, 0, -1)).to(dtype);

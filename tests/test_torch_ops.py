@@ -354,6 +354,17 @@ def test_gat_conv_refuses_bad_arguments(overrides, words):
         assert word in str(info.value), str(info.value)
 
 
+def test_gat_conv_refuses_a_bias_it_cannot_broadcast_with_or_without_a_gradient():
+    """A bias of 3 values for 6 output columns: torch's add refuses it; the inference loops, which
+    could repeat it along a row, refuse it the same way (they take only what the add takes as is)."""
+    _, _, args = gat_conv_case("plain", torch.float32)
+    args["bias"] = torch.randn(3)
+    for wanting in (False, True):
+        tensors = {k: v.clone().requires_grad_(wanting) if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+        with pytest.raises(RuntimeError, match="must match the size of tensor"):
+            OPS.gat_conv(GRAPH.tensors(), **tensors)
+
+
 @pytest.mark.parametrize("case", ["plain", "edge weights", "projected", "features axes"])
 def test_gcn_conv_composite(case):
     """seastar_layers::gcn_conv (csrc/layer_ops.cpp), PyG's GCNConv after its normalisation: projection,
