@@ -35,20 +35,16 @@ uint64_t block_sum(const uint32_t* words, size_t n, const uint32_t* weights) {
   return sum;
 }
 
-// fingerprint(buffer, threads) -> int: a 64-bit hash of a buffer's bytes, read once, on `threads`
-// threads (torch's: the caller passes torch.get_num_threads(), so torch.set_num_threads(1), as in a
-// forked DataLoader worker, keeps this single-threaded too), without the GIL. Each 32-bit word is
-// multiplied by an odd weight (by its place in its block), each block's sum by an odd 64-bit weight
-// (by the block), all mod 2**64: changing any one word changes a block's sum by delta * odd, which
-// is never 0 mod 2**64 for a delta below 2**32, so the hash changes; edits of several words cancel
-// out only by chance. Trailing bytes make a last, zero-padded word.
-PyObject* fingerprint(PyObject*, PyObject* args) {
-  Py_buffer view;
-  int threads = 1;
-  if (!PyArg_ParseTuple(args, "y*i", &view, &threads)) return nullptr;
+// A 64-bit hash of `length` bytes, read once, on `threads` threads (torch's: the caller passes
+// torch.get_num_threads(), so torch.set_num_threads(1), as in a forked DataLoader worker, keeps this
+// single-threaded too), without the GIL. Each 32-bit word is multiplied by an odd weight (by its place
+// in its block), each block's sum by an odd 64-bit weight (by the block), all mod 2**64: changing any one
+// word changes a block's sum by delta * odd, which is never 0 mod 2**64 for a delta below 2**32, so the
+// hash changes; edits of several words cancel out only by chance. Trailing bytes make a last,
+// zero-padded word.
+uint64_t hash_bytes(const unsigned char* bytes, size_t length, int threads) {
   static const Weights weights;
-  const auto* bytes = static_cast<const unsigned char*>(view.buf);
-  const size_t length = static_cast<size_t>(view.len), words = length / 4, blocks = (words + kBlock - 1) / kBlock;
+  const size_t words = length / 4, blocks = (words + kBlock - 1) / kBlock;
   uint64_t hash = splitmix64(length);
   Py_BEGIN_ALLOW_THREADS
 #pragma omp parallel for reduction(+ : hash) schedule(static) num_threads(threads) if (threads > 1 && blocks > 16)
@@ -66,14 +62,42 @@ PyObject* fingerprint(PyObject*, PyObject* args) {
     std::memcpy(&last, bytes + 4 * words, length % 4);
     hash += (static_cast<uint64_t>(last) + 1) * (splitmix64(~uint64_t{0}) | 1u);
   }
+  return hash;
+}
+
+// fingerprint(buffer, threads) -> int: hash_bytes of a C-contiguous buffer's bytes
+PyObject* fingerprint(PyObject*, PyObject* args) {
+  Py_buffer view;
+  int threads = 1;
+  if (!PyArg_ParseTuple(args, "y*i", &view, &threads)) return nullptr;
+  const uint64_t hash = hash_bytes(static_cast<const unsigned char*>(view.buf), static_cast<size_t>(view.len), threads);
   PyBuffer_Release(&view);
   return PyLong_FromUnsignedLongLong(hash);
+}
+
+// fingerprint_memory(address, length, threads) -> int: hash_bytes of the `length` bytes at `address`, a
+// contiguous tensor's data_ptr() and nbytes, which its caller keeps alive: on a small edge_index, a
+// NumPy view for the buffer protocol cost more than the hash (graph.py: _fingerprint)
+PyObject* fingerprint_memory(PyObject*, PyObject* args) {
+  unsigned long long address = 0;
+  Py_ssize_t length = 0;
+  int threads = 1;
+  if (!PyArg_ParseTuple(args, "Kni", &address, &length, &threads)) return nullptr;
+  if (length < 0 || (address == 0 && length > 0)) {
+    PyErr_SetString(PyExc_ValueError, "fingerprint_memory: a null address or a negative length");
+    return nullptr;
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(static_cast<uintptr_t>(address));
+  return PyLong_FromUnsignedLongLong(hash_bytes(bytes, static_cast<size_t>(length), threads));
 }
 
 PyMethodDef methods[] = {
     {"fingerprint", fingerprint, METH_VARARGS,
      "fingerprint(buffer, threads) -> int: a 64-bit hash of a C-contiguous buffer's bytes, at memory speed "
      "(graph.py)."},
+    {"fingerprint_memory", fingerprint_memory, METH_VARARGS,
+     "fingerprint_memory(address, length, threads) -> int: fingerprint() of the length bytes at address, a "
+     "contiguous tensor's data_ptr() and nbytes (graph.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -366,9 +366,8 @@ def _fingerprint(t: torch.Tensor) -> int:
     layer step over that graph takes 200 ms); without the extension, and on a GPU, torch does, in
     about twice the time. Index arrays of a sparse layout are hashed each, then combined."""
     if t.is_cpu and t.layout == torch.strided and _extension() is not None:  # how layers' edge_index come
-        # an index tensor as it usually comes (contiguous, no gradient) lends numpy its buffer as is
-        words = t.numpy() if t.is_contiguous() and not t.requires_grad else t.detach().contiguous().numpy()
-        return _extension().fingerprint(words, torch.get_num_threads())  # its bytes (a contiguous buffer)
+        words = t if t.is_contiguous() else t.contiguous()  # held here while the extension reads its bytes
+        return _extension().fingerprint_memory(words.data_ptr(), words.nbytes, torch.get_num_threads())
     if t.layout != torch.strided:
         parts = {torch.sparse_coo: lambda: [t._indices()],
                  torch.sparse_csr: lambda: [t.crow_indices(), t.col_indices()],

@@ -305,15 +305,18 @@ def test_gat_conv_composite(case):
 
 @pytest.mark.parametrize("case", GAT_CONV_CASES)
 def test_gat_conv_inference_loops_equal_the_recorded_ops(case):
-    """Where no gradient is wanted, gat_conv computes the scores and adds the bias in plain loops
-    (csrc/layer_ops.cpp: plain_values) instead of ATen ops: equal to what the ops compute when a
+    """Where no gradient is wanted, gat_conv projects, computes the scores and adds the bias in plain
+    loops (csrc/layer_ops.cpp: plain_values) instead of ATen ops: equal to what the ops compute when a
     gradient is wanted, in float32 and float64; and the loops are what inference runs (no aten::mul,
-    which the recorded scores call)."""
+    which the recorded scores call, and for a matrix of features no aten::mm)."""
     for dtype in (torch.float32, torch.float64):
         graph, _, args = gat_conv_case(case, dtype)
         with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
             plain = OPS.gat_conv(graph.tensors(), **args)
-        assert "aten::mul" not in {event.name for event in profile.events()}
+        ran = {event.name for event in profile.events()}
+        assert "aten::mul" not in ran
+        if args["weight_src"] is not None and args["x_src"].dim() == 2:
+            assert "aten::mm" not in ran
         wanting = {k: v.clone().requires_grad_() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
         recorded = OPS.gat_conv(graph.tensors(), **wanting)
         assert recorded[0].requires_grad
@@ -321,12 +324,43 @@ def test_gat_conv_inference_loops_equal_the_recorded_ops(case):
             torch.testing.assert_close(got, want.detach())
 
 
+def test_inference_projection_takes_small_products_only():
+    """The projection loop (csrc/layer_ops.cpp: plain_project) takes small products of matching
+    shapes: a large one goes to BLAS (aten::mm) with the same result, and shapes that do not multiply
+    fail in at::mm, saying so, whether or not a gradient is wanted."""
+    graph, _, args = gat_conv_case("plain", torch.float32)
+    gen = torch.Generator().manual_seed(11)
+    wide = dict(args, x_src=torch.randn(N, 8000, generator=gen), weight_src=torch.randn(6, 8000, generator=gen))
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        out = OPS.gat_conv(graph.tensors(), **wide)[0]
+    assert "aten::mm" in {event.name for event in profile.events()}
+    torch.testing.assert_close(out, OPS.gat_conv(graph.tensors(), **dict(wide, bias=wide["bias"].clone()
+                                                                          .requires_grad_()))[0].detach())
+    for wanting in (False, True):
+        weight = torch.randn(6, 5, generator=gen).requires_grad_(wanting)
+        with pytest.raises(RuntimeError, match="cannot be multiplied"):
+            OPS.gat_conv(graph.tensors(), **dict(args, weight_src=weight))
+
+
+def test_gcn_conv_inference_projection_equals_the_recorded_one():
+    """gcn_conv projects through the same loop in inference: equal to the recorded projection."""
+    gen = torch.Generator().manual_seed(12)
+    x, weight = torch.randn(N, 5, generator=gen), torch.randn(7, 5, generator=gen)
+    scale = torch.rand(N, 1, generator=gen)
+    with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        plain = OPS.gcn_conv(GRAPH.tensors(), x, weight, scale, scale, None, None)
+    assert "aten::mm" not in {event.name for event in profile.events()}
+    recorded = OPS.gcn_conv(GRAPH.tensors(), x, weight.clone().requires_grad_(), scale, scale, None, None)
+    torch.testing.assert_close(plain, recorded.detach())
+
+
 def test_gat_conv_dropout_is_the_programs():
     """With attention dropout the op draws the program's seed from torch's generator (as the layers
     did before) and scales what it keeps by 1 / (1 - p): the gat_attention op on the same seed,
-    scaled; p = 1 drops everything."""
+    scaled; p = 1 drops everything. The features come projected, so that both see the same ones."""
     _, _, args = gat_conv_case("plain", torch.float32)
     h = (args["x_src"] @ args["weight_src"].T).view(N, 2, 3)
+    args.update(x_src=h.reshape(N, 6), weight_src=None)
     for p in (0.4, 1.0):
         torch.manual_seed(5)
         out, alpha = OPS.gat_conv(GRAPH.tensors(), **dict(args, dropout=p, bias=None))
