@@ -16,7 +16,7 @@ import torch
 from .compat import import_dgl
 from .graph import Graph, as_graph
 from .nn import programs
-from .nn.modules import linear_weight
+from .nn.modules import linear_weight, member, passes_through
 from .runtime import library
 from .runtime.executor import COMPUTE_DTYPE
 
@@ -92,15 +92,18 @@ class GATConv(_DGLGATConv):
         _check_in_degrees(self, converted)
         g = converted.graph
         H, F = self._num_heads, self._out_feats
+        modules = self._modules  # read directly: Module.__getattr__ costs a microsecond a name, on every call
+        feat_drop = modules["feat_drop"]
+        drop = (lambda x: x) if passes_through(feat_drop) else feat_drop
         if isinstance(feat, tuple):
             src_prefix, dst_prefix = feat[0].shape[:-1], feat[1].shape[:-1]
-            h_src, h_dst = self.feat_drop(feat[0]), self.feat_drop(feat[1])
-            fc_src, fc_dst = (self.fc, self.fc) if not hasattr(self, "fc_src") else (self.fc_src, self.fc_dst)
+            h_src, h_dst = drop(feat[0]), drop(feat[1])
+            fc_src, fc_dst = (modules["fc"],) * 2 if "fc_src" not in modules else (modules["fc_src"], modules["fc_dst"])
             x_dst = h_dst
         else:
             src_prefix = dst_prefix = feat.shape[:-1]
-            h_src = h_dst = self.feat_drop(feat)
-            fc_src = fc_dst = self.fc
+            h_src = h_dst = drop(feat)
+            fc_src = fc_dst = modules["fc"]
             x_dst = None  # the destinations are the sources (a block's come first among them)
             if converted.is_block:
                 h_dst = h_dst[: g.num_dst]
@@ -121,16 +124,19 @@ class GATConv(_DGLGATConv):
             heads = math.prod(src_prefix[1:]) * H
             mask = edge_weight.reshape(g.num_edges, 1, 1).expand(g.num_edges, heads, 1)
         residual = None
-        if self.res_fc is not None:
-            residual = self.res_fc(h_dst).reshape(g.num_dst, -1)
+        res_fc = member(self, "res_fc")
+        if res_fc is not None:
+            residual = res_fc(h_dst).reshape(g.num_dst, -1)
         # DGL's attention is after dropout and edge weights: all of it goes into the returned alpha.
         # Its attention dropout (p=1 drops it all) is drawn in the kernel: no edges x heads mask
-        dropout = float(self.attn_drop.p) if self.training and self.attn_drop.p > 0 else 0.0
+        attn_drop = modules["attn_drop"]
+        dropout = float(attn_drop.p) if self.training and attn_drop.p > 0 else 0.0
+        params = self._parameters
         # projection, scores, attention and aggregation, residual and bias in one op (csrc/layer_ops.cpp)
-        result = torch.ops.seastar_layers.gat_conv(
-            g.op_tensors(), x_src, x_dst, weight_src, weight_dst, self.attn_l, self.attn_r, None, mask, residual,
-            self.bias if self.has_explicit_bias else None, float(self.leaky_relu.negative_slope), dropout, True,
-            bool(get_attention))
+        result = torch.ops.seastar_layers.gat_conv.default(
+            g.op_tensors(), x_src, x_dst, weight_src, weight_dst, params["attn_l"], params["attn_r"], None, mask,
+            residual, member(self, "bias") if self.has_explicit_bias else None,
+            float(modules["leaky_relu"].negative_slope), dropout, True, bool(get_attention))
         rst = result[0].view(*dst_prefix, H, F)
         if self.activation:
             rst = self.activation(rst)
@@ -186,7 +192,8 @@ def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch
         # weights of other shapes than the prebuilt kernels': the same program, compiled for them
         return programs.weighted_sum(True, declared=False)(g, x=x, w=edge_weight.to(x.dtype))
     w = None if edge_weight is None else edge_weight.reshape(g.num_edges).to(x.dtype).contiguous()
-    return torch.ops.seastar_layers.weighted_sum(g.op_tensors(), _rows(x), w)[0][0].view(g.num_dst, *x.shape[1:])
+    return torch.ops.seastar_layers.weighted_sum.default(g.op_tensors(), _rows(x), w)[0][0].view(g.num_dst,
+                                                                                          *x.shape[1:])
 
 
 class GraphConv(_DGLGraphConv):
@@ -206,12 +213,13 @@ class GraphConv(_DGLGraphConv):
         if edge_weight is not None and edge_weight.shape[0] != g.num_edges:
             raise ValueError(f"'edge_weight' must have one value per edge ({g.num_edges}), "
                              f"got shape {tuple(edge_weight.shape)}")
+        own_weight = member(self, "weight")  # read directly, as member() says why
         if weight is not None:
-            if self.weight is not None:
+            if own_weight is not None:
                 raise dgl.DGLError("External weight is provided while at the same time the module has defined its "
                                    "own weight parameter. Please create the module with flag weight=False.")
         else:
-            weight = self.weight
+            weight = own_weight
         # multiply first when that makes the messages narrower, as DGL; the source norm, a per-row
         # scale, then goes on the narrow rows after the product (DGL scales the wide input: a pass
         # over it forward and another backward)
@@ -225,8 +233,9 @@ class GraphConv(_DGLGraphConv):
             rst = torch.matmul(rst, weight)
         if self._norm in ("right", "both"):
             rst = rst * _cached_norm(g, False, feat_dst, self._norm)
-        if self.bias is not None:
-            rst = rst + self.bias
+        bias = member(self, "bias")
+        if bias is not None:
+            rst = rst + bias
         if self._activation is not None:
             rst = self._activation(rst)
         return rst
@@ -246,12 +255,13 @@ class APPNPConv(_DGLAPPNPConv):
                                "pass a homogeneous graph")
         graph_tensors = g.op_tensors()
         feat_0 = h = _rows(feat)
-        dropping = self.training and self.edge_drop.p > 0
+        edge_drop = self._modules["edge_drop"]  # read directly, as member() says why
+        dropping = self.training and edge_drop.p > 0
         if edge_weight is None:
             src_norm = _cached_norm(g, True, feat, "both").view(-1, 1)
             dst_norm = _cached_norm(g, False, feat, "both").view(-1, 1)
             if not dropping:  # the K steps looped in C++ (csrc/layer_ops.cpp)
-                return torch.ops.seastar_layers.appnp_propagate(graph_tensors, feat_0, src_norm, dst_norm,
+                return torch.ops.seastar_layers.appnp_propagate.default(graph_tensors, feat_0, src_norm, dst_norm,
                                                                 float(self._alpha), self._k).view(feat.shape)
             # (1 - alpha) * (sum * dst_norm) + alpha * h_0: dst_norm folded into the teleport split, once
             kept, teleported = (1 - self._alpha) * dst_norm, self._alpha * feat_0
@@ -261,7 +271,7 @@ class APPNPConv(_DGLAPPNPConv):
         for _ in range(self._k):
             w = edge_weight
             if dropping:
-                w = self.edge_drop(feat.new_ones(g.num_edges, 1) if w is None else w)
+                w = edge_drop(feat.new_ones(g.num_edges, 1) if w is None else w)
             if w is not None:
                 w = w.reshape(g.num_edges).to(feat.dtype).contiguous()
             if edge_weight is None:

@@ -67,6 +67,24 @@ def test_gat_options(options):
     check(ref, ours, graph(), x(), edge_weight=torch.rand(graph().num_edges()))
 
 
+def test_gat_feature_dropout_runs_wherever_it_would_do_something():
+    """GATConv skips calling feat_drop only where it would return its input as is (nn/modules.py:
+    passes_through): in training with p > 0 it drops as DGL's layer does on the same seed, and a
+    hook on it runs, whatever its mode."""
+    ref, ours = pair("GATConv", in_feats=F_IN, out_feats=4, num_heads=2, feat_drop=0.5)
+    ref.train()
+    ours.train()
+    check(ref, ours, graph(), x(), seed=3)
+    ours.eval()
+    calls = []
+    ours.feat_drop.register_forward_hook(lambda module, args, out: calls.append(module.training))
+    ours(graph(), x())
+    ours.feat_drop.p = 0.0
+    ours.train()
+    ours(graph(), x())
+    assert calls == [False, True]
+
+
 def test_gat_bipartite_features():
     ref, ours = pair("GATConv", in_feats=(F_IN, 6), out_feats=3, num_heads=2, allow_zero_in_degree=True)
     gen = torch.Generator().manual_seed(2)

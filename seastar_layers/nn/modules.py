@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from torch import Tensor
+from torch.nn import Dropout
 from torch.nn.modules import module as _modules
 
 
@@ -21,3 +22,22 @@ def linear_weight(lin, kind: type) -> Optional[Tensor]:
             _modules._global_backward_hooks or _modules._global_backward_pre_hooks:
         return None
     return parameters["weight"]
+
+
+def member(module, name: str):
+    """module.<name> for a parameter, buffer or submodule, read from the module's own tables: a
+    layer reads several on every call, and Module.__getattr__ costs about a microsecond a name."""
+    for table in (module._parameters, module._buffers, module._modules):
+        if name in table:
+            return table[name]
+    return getattr(module, name)  # a plain attribute, or Module's own AttributeError
+
+
+def passes_through(dropout) -> bool:
+    """Whether calling `dropout` would return its input as is: exactly torch's Dropout, in eval mode
+    or with p = 0, with no hooks of its own and no global module hooks (as linear_weight checks), so
+    that a layer may skip the call (a module call costs a few microseconds, a small graph's kernel)."""
+    return type(dropout) is Dropout and (not dropout.training or dropout.p == 0) and not (
+        dropout._forward_pre_hooks or dropout._forward_hooks or dropout._backward_hooks or
+        dropout._backward_pre_hooks or _modules._global_forward_pre_hooks or _modules._global_forward_hooks or
+        _modules._global_backward_hooks or _modules._global_backward_pre_hooks)

@@ -90,6 +90,8 @@ def _edge_dropout(values: Tensor, p: float, listed: Optional[Tensor]) -> Tensor:
 
 def _edge_list(edge_index, edge_weight=None):
     """(edge_index tensor, edge values, size) from a Tensor, EdgeIndex, torch sparse adj_t or SparseTensor."""
+    if type(edge_index) is Tensor and edge_index.layout == torch.strided:  # as most calls pass it: no more looks
+        return edge_index, edge_weight, None
     if isinstance(edge_index, Tensor) and (edge_index.is_sparse or edge_index.layout != torch.strided):
         coo = edge_index.to_sparse_coo().coalesce()
         row, col = coo.indices()
@@ -111,6 +113,8 @@ def _check_edge_index(edge_index: Tensor) -> None:
 
 
 def _is_sparse(adj) -> bool:
+    if type(adj) is Tensor:  # as most calls pass it (a sparse layout is never strided)
+        return adj.layout != torch.strided
     return (isinstance(adj, Tensor) and (adj.is_sparse or adj.layout != torch.strided)) or \
         type(adj).__name__ == "SparseTensor"
 
@@ -275,7 +279,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         if edge_index.is_sparse:
             raise ValueError("a scripted seastar_layers.GATConv takes an edge_index of shape (2, E), not a sparse "
                              "adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
-        inputs = self._project(x, None)
+        inputs = self._project(x, None, self.res is not None)
         x_src, x_dst = inputs.x_src, inputs.x_dst
         num_dst = self._num_dst(x_src, x_dst, size)
         loops = self._loops(x_src, x_dst, size)
@@ -299,26 +303,28 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         lin = modules.get("lin")  # a module, or a plain None attribute (bipartite layers)
         weights = [linear_weight(m, Linear) for m in ((lin,) if lin is not None else
                                                       (modules["lin_src"], modules["lin_dst"]))]
-        return self._project(x, None if any(w is None for w in weights) else weights)
+        # whether there is a residual projection, read directly (self.res costs a microsecond)
+        return self._project(x, None if any(w is None for w in weights) else weights, modules.get("res") is not None)
 
     def _project(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]],
-                 weights: Optional[List[Tensor]]) -> _GatInputs:
+                 weights: Optional[List[Tensor]], residual: bool) -> _GatInputs:
         """The senders' and receivers' features (as PyG's rendered propagate() reads a pair, whichever
         the flow) with `weights`, the projections' weights, for the op to project; without them,
         projected here as PyG's forward projects them, by calling the projections. One set of
-        vertices with one projection is projected once: the receivers are the senders."""
+        vertices with one projection is projected once: the receivers are the senders. `residual`:
+        the layer has its residual projection (self.res), applied here as in PyG."""
         H, C = self.heads, self.out_channels
         res: Optional[Tensor] = None
         if isinstance(x, Tensor):
             _check_static(x)
-            if self.res is not None:
+            if residual and self.res is not None:
                 res = self.res(x)
             shared = len(weights) == 1 if weights is not None else self.lin is not None  # one projection
             x_src, x_dst, dst_scores = x, (None if shared else x), True
         else:
             x_src, x_dst = x[0], x[1]
             _check_static(x_src)
-            if x_dst is not None and self.res is not None:
+            if x_dst is not None and residual and self.res is not None:
                 res = self.res(x_dst)
             dst_scores = x_dst is not None
         if weights is not None:
