@@ -65,16 +65,6 @@ uint64_t hash_bytes(const unsigned char* bytes, size_t length, int threads) {
   return hash;
 }
 
-// fingerprint(buffer, threads) -> int: hash_bytes of a C-contiguous buffer's bytes
-PyObject* fingerprint(PyObject*, PyObject* args) {
-  Py_buffer view;
-  int threads = 1;
-  if (!PyArg_ParseTuple(args, "y*i", &view, &threads)) return nullptr;
-  const uint64_t hash = hash_bytes(static_cast<const unsigned char*>(view.buf), static_cast<size_t>(view.len), threads);
-  PyBuffer_Release(&view);
-  return PyLong_FromUnsignedLongLong(hash);
-}
-
 // fingerprint_memory(address, length, threads) -> int: hash_bytes of the `length` bytes at `address`, a
 // contiguous tensor's data_ptr() and nbytes, which its caller keeps alive: on a small edge_index, a
 // NumPy view for the buffer protocol cost more than the hash (graph.py: _fingerprint)
@@ -92,12 +82,9 @@ PyObject* fingerprint_memory(PyObject*, PyObject* args) {
 }
 
 PyMethodDef methods[] = {
-    {"fingerprint", fingerprint, METH_VARARGS,
-     "fingerprint(buffer, threads) -> int: a 64-bit hash of a C-contiguous buffer's bytes, at memory speed "
-     "(graph.py)."},
     {"fingerprint_memory", fingerprint_memory, METH_VARARGS,
-     "fingerprint_memory(address, length, threads) -> int: fingerprint() of the length bytes at address, a "
-     "contiguous tensor's data_ptr() and nbytes (graph.py)."},
+     "fingerprint_memory(address, length, threads) -> int: a 64-bit hash of the length bytes at address, a "
+     "contiguous tensor's data_ptr() and nbytes, at memory speed (graph.py)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

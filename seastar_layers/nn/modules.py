@@ -17,11 +17,16 @@ def linear_weight(lin, kind: type) -> Optional[Tensor]:
     if type(lin) is not kind:
         return None
     parameters = lin._parameters
-    if parameters["bias"] is not None or lin._forward_pre_hooks or lin._forward_hooks or lin._backward_hooks or \
-            lin._backward_pre_hooks or _modules._global_forward_pre_hooks or _modules._global_forward_hooks or \
-            _modules._global_backward_hooks or _modules._global_backward_pre_hooks:
+    if parameters["bias"] is not None or _hooked(lin):
         return None
     return parameters["weight"]
+
+
+def _hooked(module) -> bool:
+    """Whether calling `module` would run hooks: its own or global module hooks."""
+    return bool(module._forward_pre_hooks or module._forward_hooks or module._backward_hooks or
+                module._backward_pre_hooks or _modules._global_forward_pre_hooks or _modules._global_forward_hooks or
+                _modules._global_backward_hooks or _modules._global_backward_pre_hooks)
 
 
 def member(module, name: str):
@@ -37,7 +42,4 @@ def passes_through(dropout) -> bool:
     """Whether calling `dropout` would return its input as is: exactly torch's Dropout, in eval mode
     or with p = 0, with no hooks of its own and no global module hooks (as linear_weight checks), so
     that a layer may skip the call (a module call costs a few microseconds, a small graph's kernel)."""
-    return type(dropout) is Dropout and (not dropout.training or dropout.p == 0) and not (
-        dropout._forward_pre_hooks or dropout._forward_hooks or dropout._backward_hooks or
-        dropout._backward_pre_hooks or _modules._global_forward_pre_hooks or _modules._global_forward_hooks or
-        _modules._global_backward_hooks or _modules._global_backward_pre_hooks)
+    return type(dropout) is Dropout and (not dropout.training or dropout.p == 0) and not _hooked(dropout)

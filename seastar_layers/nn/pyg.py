@@ -312,7 +312,8 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         the flow) with `weights`, the projections' weights, for the op to project; without them,
         projected here as PyG's forward projects them, by calling the projections. One set of
         vertices with one projection is projected once: the receivers are the senders. `residual`:
-        the layer has its residual projection (self.res), applied here as in PyG."""
+        the layer has its residual projection (self.res), applied here as in PyG; checked first, so
+        that eager calls skip Module.__getattr__ for self.res, whose own check TorchScript needs."""
         H, C = self.heads, self.out_channels
         res: Optional[Tensor] = None
         if isinstance(x, Tensor):
