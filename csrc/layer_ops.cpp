@@ -15,6 +15,8 @@
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
 // Python before, op for op, so results are unchanged bit for bit; in inference gat_conv's scores and
 // bias come from plain loops (plain_values), equal up to rounding.
+#include "seastar_ops.h"  // check_graph_arrays, kSerialWork
+
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/TensorSubclassLikeUtils.h>
@@ -40,8 +42,6 @@ template <typename Signature>
 c10::TypedOperatorHandle<Signature> program(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
 }
-
-at::ScalarType compute_dtype(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t; }
 
 // Sizes are SymInts and conditions on them SymBools (held, where traced with dynamic shapes, as guards):
 // torch.compile and torch.export trace these ops with symbolic sizes.
@@ -259,10 +259,62 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
   return out;
 }
 
+// appnp_propagate's steps for plain_values, on the in-edges' CSR (indptr, sources) of a graph with `rows`
+// vertices, each step as the ops below compute it: scaled = h_k * src_scale; the in-edges' sum of scaled
+// rows in CSR order (as the weighted_sum kernel adds them); teleported + sum * kept. Each step reads all
+// of h_k before it writes out, so out holds h_k from the second step on.
+template <typename T>
+void appnp_steps(const int64_t* indptr, const int64_t* sources, int64_t rows, int64_t width, const T* h,
+                 const T* src_scale, const T* dst_scale, T alpha, T keep, int64_t steps, T* out) {
+  std::vector<T> teleported(rows * width), kept(rows), scaled(rows * width), sum(width);
+  for (int64_t i = 0; i < rows * width; ++i) teleported[i] = h[i] * alpha;
+  for (int64_t v = 0; v < rows; ++v) kept[v] = dst_scale[v] * keep;
+  const T* current = h;
+  for (int64_t k = 0; k < steps; ++k, current = out) {
+    for (int64_t u = 0; u < rows; ++u)
+      for (int64_t f = 0; f < width; ++f) scaled[u * width + f] = current[u * width + f] * src_scale[u];
+    for (int64_t v = 0; v < rows; ++v) {
+      std::fill(sum.begin(), sum.end(), T(0));
+      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+        const T* row = scaled.data() + sources[e] * width;
+        for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
+      }
+      for (int64_t f = 0; f < width; ++f) out[v * width + f] = teleported[v * width + f] + sum[f] * kept[v];
+    }
+  }
+}
+
+// Whether appnp_propagate's steps run in appnp_steps: plain_values on one square graph with one row of
+// h per vertex and one scale per row (the shapes the layers pass; others broadcast in the ops), and
+// each step's work (edges and rows, times the features) below torch's grain size, where the program's
+// kernel runs on one thread too. On a 10-vertex graph a step through its four ops (a multiply, the
+// program's op, addcmul) cost about 4.5 us, against well under 1 us of arithmetic.
+bool plain_steps(at::TensorList graph, const at::Tensor& h, const at::Tensor& src_scale, const at::Tensor& dst_scale) {
+  if (h.dim() != 2 || !plain_values({&h, &src_scale, &dst_scale})) return false;
+  for (const at::Tensor* scale : {&src_scale, &dst_scale})
+    if (scale->dim() != 2 || scale->size(0) != h.size(0) || scale->size(1) != 1) return false;
+  for (const at::Tensor& t : graph)
+    if (!t.defined() || !t.is_cpu() || at::isTensorSubclassLike(t)) return false;
+  // the checks the program's op makes (raising as it would): every index the loops read is in range
+  const GraphSizes sizes = check_graph_arrays("seastar_layers::appnp_propagate", graph);
+  return sizes[0] == h.size(0) && sizes[1] == h.size(0) && (sizes[2] + sizes[1]) * h.size(1) < kSerialWork;
+}
+
 at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::Tensor& src_scale,
                            const at::Tensor& dst_scale, double alpha, int64_t steps) {
   TORCH_CHECK_VALUE(steps >= 0, "seastar_layers::appnp_propagate: 'steps' must be >= 0, got ", steps);
   static const auto weighted_sum = program<WeightedSum>("seastar_layers::weighted_sum");
+  if (steps > 0 && plain_steps(graph, h, src_scale, dst_scale)) {
+    at::Tensor out = at::empty_like(h);
+    AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "seastar_layers::appnp_propagate", [&] {
+      // as the ops take a Python float beside a tensor of scalar_t: rounded to scalar_t
+      appnp_steps(graph[0].const_data_ptr<int64_t>(), graph[1].const_data_ptr<int64_t>(), h.size(0), h.size(1),
+                  h.const_data_ptr<scalar_t>(), src_scale.const_data_ptr<scalar_t>(),
+                  dst_scale.const_data_ptr<scalar_t>(), static_cast<scalar_t>(alpha), static_cast<scalar_t>(1 - alpha),
+                  steps, out.mutable_data_ptr<scalar_t>());
+    });
+    return out;
+  }
   const at::Tensor kept = dst_scale * (1 - alpha);
   const at::Tensor teleported = h * alpha;
   at::Tensor out = h;

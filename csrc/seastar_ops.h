@@ -18,6 +18,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <list>
 #include <mutex>
@@ -290,6 +291,57 @@ class CheckedGraphs {
   std::list<Entry> entries_;
 };
 
+// (source vertices, destination vertices, edges) of a graph's arrays (Graph.tensors()), after
+// checking everything a kernel relies on: their number, dtype, shape and device, and (once per graph,
+// CheckedGraphs) every index in range. `op` names the caller in the messages.
+using GraphSizes = std::array<int64_t, 3>;
+
+inline GraphSizes check_graph_arrays(const char* op, at::TensorList graph) {
+  GraphSizes sizes{};
+  TORCH_CHECK_VALUE(graph.size() == kGraphArrays || graph.size() == kGraphSlots, op, ": 'graph' must hold the ",
+                    kGraphArrays, " CSR arrays of a seastar_layers.Graph, or ", kGraphSlots,
+                    " with its row orders (graph.tensors()); got ", graph.size(), " tensors");
+  for (size_t k = 0; k < graph.size(); ++k) {
+    const at::Tensor& t = graph[k];
+    TORCH_CHECK_VALUE(t.defined(), op, ": graph[", k, "] (", GraphCheck::kNames[k], ") is undefined");
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, op, ": graph[", k, "] (", GraphCheck::kNames[k],
+                     ") must hold int64 indices, got ", torch_name(t.scalar_type()), "; ", GraphCheck::kFix);
+    TORCH_CHECK_VALUE(t.dim() == 1 && t.is_contiguous(), op, ": graph[", k, "] (", GraphCheck::kNames[k],
+                      ") must be a contiguous 1-d tensor, got shape ", t.sizes());
+    TORCH_CHECK_VALUE(t.device() == graph[0].device(), op, ": graph[", k, "] (", GraphCheck::kNames[k], ") is on ",
+                      t.device(), " but graph[0] is on ", graph[0].device(), "; move the graph to one device");
+  }
+  TORCH_CHECK_VALUE(graph[0].numel() >= 1 && graph[3].numel() >= 1, op,
+                    ": graph[0] and graph[3] (the row pointers) need at least one entry");
+  sizes[0] = graph[3].numel() - 1;  // source vertices
+  sizes[1] = graph[0].numel() - 1;  // destination vertices
+  sizes[2] = graph[1].numel();      // edges
+  for (int k : {2, 4, 5})
+    TORCH_CHECK_VALUE(graph[k].numel() == sizes[2], op, ": graph[", k, "] (", GraphCheck::kNames[k],
+                      ") must have one entry per edge (", sizes[2], ", the length of graph[1]), got ",
+                      graph[k].numel());
+  if (graph.size() == kGraphSlots) {
+    TORCH_CHECK_VALUE(graph[6].numel() == sizes[1] && graph[7].numel() == sizes[0], op,
+                      ": graph[6] and graph[7] must order the ", sizes[1], " destination and ", sizes[0],
+                      " source rows, got ", graph[6].numel(), " and ", graph[7].numel(), " entries");
+  }
+  if (CheckedGraphs::contains(graph)) return sizes;
+  GraphCheck check(op, graph);
+  check.row_pointers(0, sizes[2]);
+  check.row_pointers(3, sizes[2]);
+  check.same_last(0, 3);
+  check.in_range(1, sizes[0]);
+  check.in_range(2, sizes[2]);
+  check.in_range(4, sizes[1]);
+  check.in_range(5, sizes[2]);
+  if (graph.size() == kGraphSlots) {
+    check.in_range(6, sizes[1]);
+    check.in_range(7, sizes[0]);
+  }
+  CheckedGraphs::add(graph);
+  return sizes;
+}
+
 // One call of an op: its checked graph and arguments, the variant they select, and running it.
 class Call {
  public:
@@ -337,48 +389,8 @@ class Call {
 
  private:
   void check_graph() {
-    const char* op = f_.op;
-    TORCH_CHECK_VALUE(graph_.size() == kGraphArrays || graph_.size() == kGraphSlots, op, ": 'graph' must hold the ",
-                      kGraphArrays, " CSR arrays of a seastar_layers.Graph, or ", kGraphSlots,
-                      " with its row orders (graph.tensors()); got ", graph_.size(), " tensors");
-    for (size_t k = 0; k < graph_.size(); ++k) {
-      const at::Tensor& t = graph_[k];
-      TORCH_CHECK_VALUE(t.defined(), op, ": graph[", k, "] (", GraphCheck::kNames[k], ") is undefined");
-      TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, op, ": graph[", k, "] (", GraphCheck::kNames[k],
-                       ") must hold int64 indices, got ", torch_name(t.scalar_type()), "; ", GraphCheck::kFix);
-      TORCH_CHECK_VALUE(t.dim() == 1 && t.is_contiguous(), op, ": graph[", k, "] (", GraphCheck::kNames[k],
-                        ") must be a contiguous 1-d tensor, got shape ", t.sizes());
-      TORCH_CHECK_VALUE(t.device() == graph_[0].device(), op, ": graph[", k, "] (", GraphCheck::kNames[k], ") is on ",
-                        t.device(), " but graph[0] is on ", graph_[0].device(), "; move the graph to one device");
-    }
-    TORCH_CHECK_VALUE(graph_[0].numel() >= 1 && graph_[3].numel() >= 1, op,
-                      ": graph[0] and graph[3] (the row pointers) need at least one entry");
-    sizes_[0] = graph_[3].numel() - 1;  // source vertices
-    sizes_[1] = graph_[0].numel() - 1;  // destination vertices
-    sizes_[2] = graph_[1].numel();      // edges
-    for (int k : {2, 4, 5})
-      TORCH_CHECK_VALUE(graph_[k].numel() == sizes_[2], op, ": graph[", k, "] (", GraphCheck::kNames[k],
-                        ") must have one entry per edge (", sizes_[2], ", the length of graph[1]), got ",
-                        graph_[k].numel());
-    if (graph_.size() == kGraphSlots) {
-      TORCH_CHECK_VALUE(graph_[6].numel() == sizes_[1] && graph_[7].numel() == sizes_[0], op,
-                        ": graph[6] and graph[7] must order the ", sizes_[1], " destination and ", sizes_[0],
-                        " source rows, got ", graph_[6].numel(), " and ", graph_[7].numel(), " entries");
-    }
-    if (CheckedGraphs::contains(graph_)) return;
-    GraphCheck check(op, graph_);
-    check.row_pointers(0, sizes_[2]);
-    check.row_pointers(3, sizes_[2]);
-    check.same_last(0, 3);
-    check.in_range(1, sizes_[0]);
-    check.in_range(2, sizes_[2]);
-    check.in_range(4, sizes_[1]);
-    check.in_range(5, sizes_[2]);
-    if (graph_.size() == kGraphSlots) {
-      check.in_range(6, sizes_[1]);
-      check.in_range(7, sizes_[0]);
-    }
-    CheckedGraphs::add(graph_);
+    const GraphSizes sizes = check_graph_arrays(f_.op, graph_);
+    std::copy(sizes.begin(), sizes.end(), sizes_);
   }
 
   void check_arguments() {

@@ -202,6 +202,39 @@ def test_appnp_propagate_composite(steps):
         OPS.appnp_propagate(GRAPH.tensors(), h, src_scale, dst_scale, 0.15, -1)
 
 
+
+def test_appnp_propagate_inference_steps_equal_the_recorded_ones():
+    """Where no gradient is wanted on a small graph, appnp_propagate runs its steps in one plain loop
+    (csrc/layer_ops.cpp: appnp_steps) instead of four ops a step: equal to the recorded ops in float32
+    and float64, and the loop is what runs (no weighted_sum, no addcmul). A graph whose steps are past
+    torch's grain size goes through the program's op, with the same result."""
+    gen = torch.Generator().manual_seed(21)
+    large_ei = random_graph(300, 300, 3000, seed=5)
+    for graph, rows, ei in ((GRAPH, N, EI), (sl.Graph.from_edge_index(large_ei, 300), 300, large_ei)):
+        for dtype in (torch.float32, torch.float64):
+            h = torch.randn(rows, 16, dtype=dtype, generator=gen)
+            # APPNP's scales, deg^-1/2: the steps keep the features' magnitude, and so float32's rounding
+            degree = torch.zeros(rows, dtype=dtype).index_add_(0, ei[1], torch.ones(ei.size(1), dtype=dtype))
+            src_scale = dst_scale = degree.clamp(min=1).rsqrt().view(rows, 1)
+            with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+                plain = OPS.appnp_propagate(graph.tensors(), h, src_scale, dst_scale, 0.1, 5)
+            ran = {event.name for event in profile.events()}
+            assert ("seastar_layers::weighted_sum" in ran) == (rows == 300), ran
+            assert ("aten::addcmul" in ran) == (rows == 300), ran
+            recorded = OPS.appnp_propagate(graph.tensors(), h.clone().requires_grad_(), src_scale, dst_scale, 0.1, 5)
+            assert recorded.requires_grad
+            torch.testing.assert_close(plain, recorded.detach())
+    # the loop checks the graph as the program's op does: an index out of range raises, naming the array
+    broken = [t.clone() for t in GRAPH.tensors()]
+    broken[1][0] = N + 3
+    h, scale = torch.randn(N, 4), torch.ones(N, 1)
+    with torch.no_grad(), pytest.raises(ValueError, match=r"appnp_propagate: graph\[1\] \(in_src\) holds 12"):
+        OPS.appnp_propagate(broken, h, scale, scale, 0.1, 2)
+    # scales of another shape broadcast in the ops, as before
+    with torch.no_grad():
+        torch.testing.assert_close(OPS.appnp_propagate(GRAPH.tensors(), h, torch.full((4,), 2.0), scale, 0.1, 2),
+                                   OPS.appnp_propagate(GRAPH.tensors(), h, torch.full((N, 4), 2.0), scale, 0.1, 2))
+
 BIPARTITE_EI = random_graph(N, 5, 24, seed=4)
 BIPARTITE = sl.Graph.from_edge_index(BIPARTITE_EI, (N, 5))
 
