@@ -13,8 +13,9 @@
 // programs' own autograd kernels among them), autocast casts those ops as it would from Python, and
 // torch.compile and torch.export trace through to them, so they need no fake and no backward of their
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
-// Python before, op for op, so results are unchanged bit for bit; in inference gat_conv's scores and
-// bias come from plain loops (plain_values), equal up to rounding.
+// Python before, op for op, so results are unchanged bit for bit; in inference (plain_values) small
+// projections, gat_conv's scores and bias, and a small graph's APPNP steps come from plain loops, equal
+// up to rounding.
 #include "seastar_ops.h"  // check_graph_arrays, kSerialWork
 
 #include <ATen/ATen.h>

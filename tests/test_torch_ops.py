@@ -202,7 +202,6 @@ def test_appnp_propagate_composite(steps):
         OPS.appnp_propagate(GRAPH.tensors(), h, src_scale, dst_scale, 0.15, -1)
 
 
-
 def test_appnp_propagate_inference_steps_equal_the_recorded_ones():
     """Where no gradient is wanted on a small graph, appnp_propagate runs its steps in one plain loop
     (csrc/layer_ops.cpp: appnp_steps) instead of four ops a step: equal to the recorded ops in float32
@@ -234,6 +233,7 @@ def test_appnp_propagate_inference_steps_equal_the_recorded_ones():
     with torch.no_grad():
         torch.testing.assert_close(OPS.appnp_propagate(GRAPH.tensors(), h, torch.full((4,), 2.0), scale, 0.1, 2),
                                    OPS.appnp_propagate(GRAPH.tensors(), h, torch.full((N, 4), 2.0), scale, 0.1, 2))
+
 
 BIPARTITE_EI = random_graph(N, 5, 24, seed=4)
 BIPARTITE = sl.Graph.from_edge_index(BIPARTITE_EI, (N, 5))
