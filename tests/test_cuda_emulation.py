@@ -25,7 +25,7 @@ INCLUDE = Path(seastar_layers.__file__).parent / "codegen" / "include"
 KERNELS = Path(__file__).parent / "cuda"
 SOURCES = ("primitives", "bugs", "halfs")
 # the JIT's own flags, so that the header is tested as generated kernels will be built, and warnings fail
-CXX_COMMAND = [config.cxx(), *toolchain.jit_cxx_flags(), "-Wall", "-Wextra", "-Werror", f"-I{INCLUDE}", "-x", "c++"]
+CXX_COMMAND = [*config.cxx(), *toolchain.jit_cxx_flags(), "-Wall", "-Wextra", "-Werror", f"-I{INCLUDE}", "-x", "c++"]
 POISON = 0xFFFFFFFF
 ILLEGAL_ADDRESS, ILLEGAL_INSTRUCTION, INVALID_CONFIGURATION, INVALID_VALUE = 700, 715, 9, 1
 

@@ -157,6 +157,15 @@ def test_disk_cache_hit_in_a_fresh_process(tmp_path):
     assert "builds 1" in forced.stdout, forced.stderr
 
 
+def test_cxx_is_read_as_a_command_line(tmp_path):
+    """CXX holding a command with arguments ("ccache g++", as scripts/compiler_cache.sh exports it
+    and setuptools reads it) builds a custom program; it was once taken as one executable's name.
+    `env g++` stands in for ccache, which a machine may not have."""
+    built = run_fresh_process(tmp_path, {"CXX": "env g++"})
+    assert built.returncode == 0, built.stderr
+    assert "builds 1" in built.stdout, built.stderr
+
+
 def test_concurrent_builds_of_one_kernel(tmp_path):
     env = dict(os.environ, SEASTAR_CACHE_DIR=str(tmp_path))
     script = SCRIPT.format(tests=str(Path(__file__).parent))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -40,8 +41,10 @@ def native_build() -> bool:
     return _flag("SEASTAR_NATIVE")
 
 
-def cxx() -> str:
-    return os.environ.get("CXX", "g++")
+def cxx() -> list[str]:
+    """The C++ compiler command: CXX as a command line ("ccache g++", as setuptools and make read it,
+    and as scripts/compiler_cache.sh exports it), else g++."""
+    return shlex.split(os.environ.get("CXX", "")) or ["g++"]
 
 
 def nvcc() -> str:

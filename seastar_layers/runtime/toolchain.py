@@ -6,6 +6,7 @@ import functools
 import hashlib
 import platform
 import re
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,9 @@ def cxx_identity() -> str:
     """The C++ compiler's version and the CPU it tunes for: part of every JIT cache key."""
     cxx = config.cxx()
     try:
-        version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=True).stdout
+        version = subprocess.run([*cxx, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
-        raise BuildError(f"no working C++ compiler ({cxx!r}: {e}); install g++ or set CXX, "
+        raise BuildError(f"no working C++ compiler ({shlex.join(cxx)!r}: {e}); install g++ or set CXX, "
                          "or use only the prebuilt layers") from None
     cpu = platform.machine()
     try:
@@ -111,9 +112,9 @@ class Toolchain:
 
     def command(self, source: Path, output: Path) -> list[str]:
         if self.backend == "cpu":
-            return [config.cxx(), *jit_cxx_flags(), str(source), "-o", str(output)]
+            return [*config.cxx(), *jit_cxx_flags(), str(source), "-o", str(output)]
         if self.backend == "cuda-emulation":
-            return [config.cxx(), *EMULATION_FLAGS, *SHARED_LIBRARY_FLAGS, "-x", "c++", f"-I{INCLUDE_DIR}",
+            return [*config.cxx(), *EMULATION_FLAGS, *SHARED_LIBRARY_FLAGS, "-x", "c++", f"-I{INCLUDE_DIR}",
                     str(source), "-o", str(output)]
         home = config.cuda_home()
         rpath = ["-Xlinker", f"-rpath={home / 'lib64'}"] if home else []  # torch has libcudart loaded where it runs
