@@ -18,7 +18,7 @@ namespace {
 
 // Indices of `name` outside [0, bound) raise, naming the first.
 void check_indices(const at::Tensor& t, const char* name, int64_t bound) {
-  const int64_t* p = t.data_ptr<int64_t>();
+  const int64_t* p = t.const_data_ptr<int64_t>();
   const int64_t bad = first_outside(p, t.numel(), bound);
   TORCH_CHECK_VALUE(bad < 0, "seastar_layers::csr_layouts: '", name, "' holds ", bad < 0 ? 0 : p[bad], " at edge ", bad,
                     ", outside [0, ", bound, ")");
@@ -26,11 +26,12 @@ void check_indices(const at::Tensor& t, const char* name, int64_t bound) {
 
 // One layout: row r holds the edge slots k with key r, in slot order, each as (other end, k): the
 // edges k < num_edges (keys[k], others[k]), then `loops` self-loops num_edges + i = (i, i). Slots
-// not listed follow every row, in slot order, in no row.
+// not listed follow every row, in slot order, in no row. The arrays hold index_t (graph.py: index_dtype).
+template <typename index_t>
 void fill_layout(const int64_t* keys, const int64_t* others, const bool* listed, int64_t num_edges, int64_t loops,
-                 int64_t rows, int64_t* indptr, int64_t* neighbours, int64_t* eids) {
+                 int64_t rows, index_t* indptr, index_t* neighbours, index_t* eids) {
   const auto is_listed = [&](int64_t k) { return listed == nullptr || listed[k]; };
-  std::fill(indptr, indptr + rows + 1, int64_t{0});
+  std::fill(indptr, indptr + rows + 1, index_t{0});
   for (int64_t k = 0; k < num_edges; ++k)
     if (is_listed(k)) ++indptr[keys[k] + 1];
   for (int64_t i = 0; i < loops; ++i)
@@ -51,7 +52,11 @@ void fill_layout(const int64_t* keys, const int64_t* others, const bool* listed,
 }
 
 std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst, int64_t num_src, int64_t num_dst,
-                                    const std::optional<at::Tensor>& listed, int64_t loops) {
+                                    const std::optional<at::Tensor>& listed, int64_t loops,
+                                    std::optional<at::ScalarType> dtype) {
+  const at::ScalarType index_dtype = dtype.value_or(at::kLong);
+  TORCH_CHECK_TYPE(index_dtype == at::kLong || index_dtype == at::kInt, "seastar_layers::csr_layouts: 'dtype' "
+                   "must be torch.int32 or torch.int64, got ", torch_name(index_dtype));
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"src", src}, {"dst", dst}}) {
     TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "seastar_layers::csr_layouts: '", name,
                      "' must hold int64 indices, got ", t.scalar_type());
@@ -78,7 +83,10 @@ std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst
   check_indices(src, "src", num_src);
   check_indices(dst, "dst", num_dst);
   const int64_t slots = num_edges + loops;
-  const auto options = src.options();
+  TORCH_CHECK_VALUE(index_dtype == at::kLong || std::max({num_src, num_dst, slots}) <= INT32_MAX,
+                    "seastar_layers::csr_layouts: ", num_src, " sources, ", num_dst, " destinations and ", slots,
+                    " edge slots do not fit int32 indices; pass dtype=torch.int64");
+  const auto options = src.options().dtype(index_dtype);
   std::vector<at::Tensor> out = {at::empty({num_dst + 1}, options), at::empty({slots}, options),
                                  at::empty({slots}, options), at::empty({num_src + 1}, options),
                                  at::empty({slots}, options), at::empty({slots}, options)};
@@ -88,9 +96,11 @@ std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst
     for (int64_t layout = begin; layout < end; ++layout) {
       const bool in = layout == 0;  // the in-layout: rows are destinations, neighbours sources
       const at::Tensor &keys = in ? dst : src, &others = in ? src : dst;
-      fill_layout(keys.data_ptr<int64_t>(), others.data_ptr<int64_t>(), marks, num_edges, loops,
-                  in ? num_dst : num_src, out[3 * layout].data_ptr<int64_t>(), out[3 * layout + 1].data_ptr<int64_t>(),
-                  out[3 * layout + 2].data_ptr<int64_t>());
+      AT_DISPATCH_INDEX_TYPES(index_dtype, "seastar_layers::csr_layouts", [&] {
+        fill_layout(keys.const_data_ptr<int64_t>(), others.const_data_ptr<int64_t>(), marks, num_edges, loops,
+                    in ? num_dst : num_src, out[3 * layout].mutable_data_ptr<index_t>(),
+                    out[3 * layout + 1].mutable_data_ptr<index_t>(), out[3 * layout + 2].mutable_data_ptr<index_t>());
+      });
     }
   });
   return out;
@@ -99,7 +109,8 @@ std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(seastar_layers, m) {
-  m.def("csr_layouts(Tensor src, Tensor dst, int num_src, int num_dst, Tensor? listed=None, int loops=0) -> Tensor[]",
+  m.def("csr_layouts(Tensor src, Tensor dst, int num_src, int num_dst, Tensor? listed=None, int loops=0, "
+        "ScalarType? dtype=None) -> Tensor[]",
         {at::Tag::pt2_compliant_tag});
 }
 

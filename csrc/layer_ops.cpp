@@ -285,8 +285,8 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
 // vertices, each step as the ops below compute it: scaled = h_k * src_scale; the in-edges' sum of scaled
 // rows in CSR order (as the weighted_sum kernel adds them); teleported + sum * kept. Each step reads all
 // of h_k before it writes out, so out holds h_k from the second step on.
-template <typename T>
-void appnp_steps(const int64_t* indptr, const int64_t* sources, int64_t rows, int64_t width, const T* h,
+template <typename T, typename index_t>
+void appnp_steps(const index_t* indptr, const index_t* sources, int64_t rows, int64_t width, const T* h,
                  const T* src_scale, const T* dst_scale, T alpha, T keep, int64_t steps, T* out) {
   std::vector<T> teleported(rows * width), kept(rows), scaled(rows * width), sum(width);
   for (int64_t i = 0; i < rows * width; ++i) teleported[i] = h[i] * alpha;
@@ -329,11 +329,13 @@ at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::
   if (steps > 0 && plain_steps(graph, h, src_scale, dst_scale)) {
     at::Tensor out = at::empty_like(h);
     AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "seastar_layers::appnp_propagate", [&] {
-      // as the ops take a Python float beside a tensor of scalar_t: rounded to scalar_t
-      appnp_steps(graph[0].const_data_ptr<int64_t>(), graph[1].const_data_ptr<int64_t>(), h.size(0), h.size(1),
-                  h.const_data_ptr<scalar_t>(), src_scale.const_data_ptr<scalar_t>(),
-                  dst_scale.const_data_ptr<scalar_t>(), static_cast<scalar_t>(alpha), static_cast<scalar_t>(1 - alpha),
-                  steps, out.mutable_data_ptr<scalar_t>());
+      AT_DISPATCH_INDEX_TYPES(graph[0].scalar_type(), "seastar_layers::appnp_propagate", [&] {
+        // as the ops take a Python float beside a tensor of scalar_t: rounded to scalar_t
+        appnp_steps(graph[0].const_data_ptr<index_t>(), graph[1].const_data_ptr<index_t>(), h.size(0), h.size(1),
+                    h.const_data_ptr<scalar_t>(), src_scale.const_data_ptr<scalar_t>(),
+                    dst_scale.const_data_ptr<scalar_t>(), static_cast<scalar_t>(alpha),
+                    static_cast<scalar_t>(1 - alpha), steps, out.mutable_data_ptr<scalar_t>());
+      });
     });
     return out;
   }

@@ -36,7 +36,9 @@
 
 namespace seastar {
 
-using KernelEntry = int (*)(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph,
+// sizes: (source vertices, destination vertices, edges, bytes per graph index: 4 or 8); graph: its arrays,
+// all int32 or all int64 (graph.py: index_dtype)
+using KernelEntry = int (*)(const int64_t* sizes, const int64_t* dims, const void* const* graph,
                             void* const* buffers, const int64_t* numels, int num_threads, void* stream);
 using ErrorEntry = const char* (*)();
 
@@ -141,7 +143,8 @@ std::string str(const T& value) {
 
 // The position of the first of n indices outside [0, bound), or -1. A branch-free parallel pass
 // (memory speed) finds whether there is one; only then a second pass names it.
-inline int64_t first_outside(const int64_t* p, int64_t n, int64_t bound) {
+template <typename index_t>
+int64_t first_outside(const index_t* p, int64_t n, int64_t bound) {
   const auto span = static_cast<uint64_t>(bound);  // negatives wrap high
   const bool outside = at::parallel_reduce(
       0, n, 1 << 16, false,
@@ -152,7 +155,7 @@ inline int64_t first_outside(const int64_t* p, int64_t n, int64_t bound) {
       },
       [](bool a, bool b) { return a || b; });
   if (!outside) return -1;
-  return std::find_if(p, p + n, [&](int64_t v) { return static_cast<uint64_t>(v) >= span; }) - p;
+  return std::find_if(p, p + n, [&](index_t v) { return static_cast<uint64_t>(v) >= span; }) - p;
 }
 
 // Every index a kernel reads must be in range: a wrong graph array raises instead of reading
@@ -167,10 +170,12 @@ class GraphCheck {
     const at::Tensor& t = graph_[slot];
     if (t.numel() == 0) return;
     if (t.is_cpu()) {
-      const int64_t* p = t.data_ptr<int64_t>();
-      const int64_t bad = first_outside(p, t.numel(), hi);
-      TORCH_CHECK_VALUE(bad < 0, op_, ": graph[", slot, "] (", kNames[slot], ") holds ", p[bad], " at position ",
-                        bad, ", outside [0, ", hi, "); ", kFix);
+      AT_DISPATCH_INDEX_TYPES(t.scalar_type(), "in_range", [&] {
+        const index_t* p = t.const_data_ptr<index_t>();
+        const int64_t bad = first_outside(p, t.numel(), hi);
+        TORCH_CHECK_VALUE(bad < 0, op_, ": graph[", slot, "] (", kNames[slot], ") holds ", p[bad], " at position ",
+                          bad, ", outside [0, ", hi, "); ", kFix);
+      });
     } else {
       at::_assert_async(at::logical_and(t >= 0, t < hi).all(),
                         std::string(op_) + ": graph[" + str(slot) + "] (" + kNames[slot] + ") holds indices outside [0, " +
@@ -182,7 +187,8 @@ class GraphCheck {
   void row_pointers(int slot, int64_t max_edges) const {
     const at::Tensor& t = graph_[slot];
     if (t.is_cpu()) {
-      const int64_t* p = t.data_ptr<int64_t>();
+      const at::Tensor p64 = t.to(at::kLong);  // row pointers: one per row, few beside the edges
+      const int64_t* p = p64.const_data_ptr<int64_t>();
       const int64_t n = t.numel();
       auto bad = at::parallel_reduce(
           1, n, 1 << 16, int64_t(-1),
@@ -210,7 +216,7 @@ class GraphCheck {
     std::string message = std::string(op_) + ": the two layouts (graph[" + str(a) + "] and graph[" + str(b) +
                           "]) must list the same number of edges; " + kFix;
     if (x.is_cpu()) {
-      TORCH_CHECK_VALUE(x.data_ptr<int64_t>()[x.numel() - 1] == y.data_ptr<int64_t>()[y.numel() - 1], message);
+      TORCH_CHECK_VALUE(x[-1].item<int64_t>() == y[-1].item<int64_t>(), message);
     } else {
       at::_assert_async(x[-1] == y[-1], message);
     }
@@ -291,10 +297,10 @@ class CheckedGraphs {
   std::list<Entry> entries_;
 };
 
-// (source vertices, destination vertices, edges) of a graph's arrays (Graph.tensors()), after
-// checking everything a kernel relies on: their number, dtype, shape and device, and (once per graph,
-// CheckedGraphs) every index in range. `op` names the caller in the messages.
-using GraphSizes = std::array<int64_t, 3>;
+// (source vertices, destination vertices, edges, bytes per index) of a graph's arrays (Graph.tensors()),
+// after checking everything a kernel relies on: their number, dtype, shape and device, and (once per
+// graph, CheckedGraphs) every index in range. `op` names the caller in the messages.
+using GraphSizes = std::array<int64_t, 4>;
 
 inline GraphSizes check_graph_arrays(const char* op, at::TensorList graph) {
   GraphSizes sizes{};
@@ -304,8 +310,13 @@ inline GraphSizes check_graph_arrays(const char* op, at::TensorList graph) {
   for (size_t k = 0; k < graph.size(); ++k) {
     const at::Tensor& t = graph[k];
     TORCH_CHECK_VALUE(t.defined(), op, ": graph[", k, "] (", GraphCheck::kNames[k], ") is undefined");
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, op, ": graph[", k, "] (", GraphCheck::kNames[k],
-                     ") must hold int64 indices, got ", torch_name(t.scalar_type()), "; ", GraphCheck::kFix);
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kLong || t.scalar_type() == at::kInt, op, ": graph[", k, "] (",
+                     GraphCheck::kNames[k], ") must hold int32 or int64 indices, got ", torch_name(t.scalar_type()),
+                     "; ", GraphCheck::kFix);
+    TORCH_CHECK_TYPE(t.scalar_type() == graph[0].scalar_type(), op, ": graph[", k, "] (", GraphCheck::kNames[k],
+                     ") holds ", torch_name(t.scalar_type()), " indices but graph[0] ",
+                     torch_name(graph[0].scalar_type()), "; the arrays must share one index dtype; ",
+                     GraphCheck::kFix);
     TORCH_CHECK_VALUE(t.dim() == 1 && t.is_contiguous(), op, ": graph[", k, "] (", GraphCheck::kNames[k],
                       ") must be a contiguous 1-d tensor, got shape ", t.sizes());
     TORCH_CHECK_VALUE(t.device() == graph[0].device(), op, ": graph[", k, "] (", GraphCheck::kNames[k], ") is on ",
@@ -316,6 +327,7 @@ inline GraphSizes check_graph_arrays(const char* op, at::TensorList graph) {
   sizes[0] = graph[3].numel() - 1;  // source vertices
   sizes[1] = graph[0].numel() - 1;  // destination vertices
   sizes[2] = graph[1].numel();      // edges
+  sizes[3] = graph[0].element_size();
   for (int k : {2, 4, 5})
     TORCH_CHECK_VALUE(graph[k].numel() == sizes[2], op, ": graph[", k, "] (", GraphCheck::kNames[k],
                       ") must have one entry per edge (", sizes[2], ", the length of graph[1]), got ",
@@ -562,8 +574,8 @@ class Call {
             buffers.push_back(at::empty(shape_of(b), options));
       }
     }
-    const int64_t* graph_pointers[kGraphSlots] = {};
-    for (size_t k = 0; k < graph_.size(); ++k) graph_pointers[k] = graph_[k].data_ptr<int64_t>();
+    const void* graph_pointers[kGraphSlots] = {};
+    for (size_t k = 0; k < graph_.size(); ++k) graph_pointers[k] = graph_[k].const_data_ptr();
     std::vector<void*> pointers(buffers.size() + 1);
     std::vector<int64_t> numels(buffers.size() + 1);
     for (size_t k = 0; k < buffers.size(); ++k) {
@@ -589,10 +601,12 @@ class Call {
     const int64_t rows = indptr.numel() - 1;
     at::Tensor degrees = at::empty({rows}, indptr.options().dtype(dtype));
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, dtype, "in_degrees", [&] {
-      const int64_t* p = indptr.const_data_ptr<int64_t>();
-      scalar_t* d = degrees.mutable_data_ptr<scalar_t>();
-      at::parallel_for(0, rows, 1 << 16, [&](int64_t begin, int64_t end) {
-        for (int64_t k = begin; k < end; ++k) d[k] = c10::convert<scalar_t>(p[k + 1] - p[k]);
+      AT_DISPATCH_INDEX_TYPES(indptr.scalar_type(), "in_degrees", [&] {
+        const index_t* p = indptr.const_data_ptr<index_t>();
+        scalar_t* d = degrees.mutable_data_ptr<scalar_t>();
+        at::parallel_for(0, rows, 1 << 16, [&](int64_t begin, int64_t end) {
+          for (int64_t k = begin; k < end; ++k) d[k] = c10::convert<scalar_t>(p[k + 1] - p[k]);
+        });
       });
     });
     return degrees;
@@ -631,7 +645,7 @@ class Call {
   at::TensorList graph_;
   Arguments args_;
   Switches switches_;
-  int64_t sizes_[3] = {};
+  int64_t sizes_[4] = {};
   at::ScalarType dtype_ = at::kFloat;
   const char* first_name_ = "";
   std::vector<int64_t> dims_;                // the run-time sizes s0, s1, ...

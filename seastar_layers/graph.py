@@ -29,6 +29,9 @@ class Graph:
     ``s`` are ``out_dst[out_indptr[s]:out_indptr[s + 1]]`` with ids ``out_eid[...]``, and both
     layouts must list the same E edges, each id 0..E-1 once.
 
+    The arrays hold int32 indices where the graph's sizes fit (index_dtype), int64 beyond; a graph
+    whose arrays come from DGL or from a PyG EdgeIndex shares them in their own dtype.
+
     Shapes:
         edge_index: (2, E), int32 or int64
         in_indptr: (num_dst + 1,); out_indptr: (num_src + 1,); in_src, in_eid, out_dst, out_eid: (E,)
@@ -42,11 +45,13 @@ class Graph:
         if problem:
             raise ValueError(f"sl.Graph: {problem}; build graphs from an edge_index with "
                              "sl.Graph.from_edge_index(edge_index, size) unless you hold both layouts")
-        self._assign(arrays, num_src, num_dst)
+        dtype = index_dtype(num_src, num_dst, arrays[1].numel())
+        self._assign([t.to(dtype) for t in arrays], num_src, num_dst)
 
     @classmethod
     def _from_checked(cls, arrays, num_src: int, num_dst: int) -> "Graph":
-        """For the constructors below, whose int64 arrays are right by construction or already checked."""
+        """For the constructors below, whose arrays (int32 or int64, one dtype) are right by construction or
+        already checked."""
         graph = cls.__new__(cls)
         graph._assign(arrays, num_src, num_dst)
         return graph
@@ -91,11 +96,12 @@ class Graph:
         return self._orders
 
     def endpoints(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The source and the destination of every edge slot, by edge id (sizes follow from the graph's)."""
-        positions = torch.arange(self.num_edges, device=self.device)
+        """The source and the destination of every edge slot, by edge id, as int64 (torch's index ops take them)."""
+        positions = torch.arange(self.num_edges, dtype=self.in_indptr.dtype, device=self.device)
         rows = torch.searchsorted(self.in_indptr, positions, right=True) - 1
-        src = torch.empty_like(self.in_src).scatter_(0, self.in_eid, self.in_src)
-        return src, torch.empty_like(rows).scatter_(0, self.in_eid, rows)
+        eids = self.in_eid.long()
+        src = torch.empty_like(rows).scatter_(0, eids, self.in_src.long())
+        return src, torch.empty_like(rows).scatter_(0, eids, rows)
 
     def derived(self, key, make):
         """make(), a value that follows from this graph alone (e.g. a layer's normalisation weights),
@@ -134,6 +140,7 @@ class Graph:
         if loops and listed is not None:
             raise ValueError("Graph.from_edges: pass 'listed' or 'loops', not both")
         src, dst = src.to(torch.int64), dst.to(torch.int64)
+        dtype = index_dtype(num_src, num_dst, src.numel() + loops)
         if src.device.type == "cpu" and not torch.compiler.is_compiling() and _extension() is not None:
             # the extension's counting sort appends the loops by count (no copy of the edges) and
             # checks every index as it goes; only a refusal pays for the passes that name the bad
@@ -143,7 +150,7 @@ class Graph:
             try:
                 arrays = list(torch.ops.seastar_layers.csr_layouts(src.contiguous(), dst.contiguous(), num_src,
                                                                    num_dst, None if listed is None else
-                                                                   listed.contiguous(), loops))
+                                                                   listed.contiguous(), loops, dtype))
             except ValueError:
                 _check_edge_range(src, dst, num_src, num_dst)
                 raise
@@ -154,7 +161,7 @@ class Graph:
                 check_edges(src, dst, num_src, num_dst)
             else:
                 _check_edge_range(src, dst, num_src, num_dst)
-            arrays = csr_layouts(src, dst, num_src, num_dst, listed)
+            arrays = [t.to(dtype) for t in csr_layouts(src, dst, num_src, num_dst, listed)]
         graph = cls._from_checked(arrays, num_src, num_dst)
         graph.listed = listed
         return graph
@@ -179,10 +186,10 @@ class Graph:
                              f"without sort_order, or sort it with edge_index.sort_by('{order}')")
         (colptr, row), col_perm = edge_index.get_csc()
         (rowptr, col), row_perm = edge_index.get_csr()
-        arange = torch.arange(plain.shape[1], device=plain.device)
-        as64 = [t.to(torch.int64).contiguous() for t in (colptr, row, col_perm if col_perm is not None else arange,
-                                                         rowptr, col, row_perm if row_perm is not None else arange)]
-        return cls._from_checked(as64, num_src, num_dst)
+        arange = torch.arange(plain.shape[1], dtype=plain.dtype, device=plain.device)
+        arrays = (colptr, row, col_perm if col_perm is not None else arange,
+                  rowptr, col, row_perm if row_perm is not None else arange)
+        return cls._from_checked(_shared_dtype(arrays, num_src, num_dst), num_src, num_dst)
 
     @classmethod
     def from_dgl(cls, g) -> Graph:
@@ -200,7 +207,7 @@ class Graph:
         num_src, num_dst = g.num_src_nodes(), g.num_dst_nodes()
         formats = g.formats()
         if {"csc", "csr"} <= set(formats["created"]):
-            arrays = [t.to(torch.int64).contiguous() for t in (*g.adj_tensors("csc"), *g.adj_tensors("csr"))]
+            arrays = _shared_dtype((*g.adj_tensors("csc"), *g.adj_tensors("csr")), num_src, num_dst)
             if arrays[1].numel() == g.num_edges() and not _layouts_problem(*arrays, num_src, num_dst):
                 return cls._from_checked(arrays, num_src, num_dst)
         if "coo" in formats["created"] + formats["not created"]:
@@ -212,6 +219,23 @@ class Graph:
             src = torch.full_like(eid, -1).index_copy_(0, eid, listed_src.to(torch.int64))
             dst = torch.full_like(eid, -1).index_copy_(0, eid, listed_dst.to(torch.int64))
         return cls.from_edges(src, dst, num_src, num_dst)
+
+
+INT32_MAX = 2**31 - 1
+
+
+def index_dtype(num_src: int, num_dst: int, num_edges: int) -> torch.dtype:
+    """The dtype of a graph's arrays: int32 where every vertex, edge id and row pointer fits (half the
+    memory of int64, and half the bytes a sweep reads per edge), int64 beyond. Kernels read either."""
+    return torch.int32 if max(num_src, num_dst, num_edges) <= INT32_MAX else torch.int64
+
+
+def _shared_dtype(arrays, num_src: int, num_dst: int) -> list[Tensor]:
+    """Another library's arrays as a Graph holds them: shared where they already share one index dtype
+    (converting would keep two copies while that library keeps its own), else in index_dtype."""
+    dtypes = {t.dtype for t in arrays}
+    dtype = dtypes.pop() if len(dtypes) == 1 else index_dtype(num_src, num_dst, arrays[1].numel())
+    return [t.to(dtype).contiguous() for t in arrays]
 
 
 def _sizes(edge_index: torch.Tensor, size) -> tuple[int, int]:
@@ -280,7 +304,7 @@ def check_edges(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> None:
 def heaviest_first(indptr: Tensor) -> Tensor:
     """The rows of a CSR by degree, heaviest first (GPU kernels take rows in this order, so hubs
     start early, not last)."""
-    return torch.argsort(indptr[1:] - indptr[:-1], descending=True, stable=True)
+    return torch.argsort(indptr[1:] - indptr[:-1], descending=True, stable=True).to(indptr.dtype)
 
 
 def _csr(keys: Tensor, n: int, listed: Optional[Tensor]) -> tuple[Tensor, Tensor]:
@@ -440,7 +464,8 @@ def _vertex_count(name: str, value) -> int:
 
 
 def _index_arrays(named: dict) -> list[torch.Tensor]:
-    """The arrays as contiguous int64 tensors on one device, or a TypeError/ValueError naming the one that is not."""
+    """The arrays as contiguous int64 tensors on one device (to be checked), or a TypeError/ValueError naming the
+    one that is not."""
     out = []
     device = None
     for name, t in named.items():

@@ -615,8 +615,8 @@ def fuzz_graph_constructors(max_examples: int, derandomize: bool) -> None:
         except CLEAR:
             return
         rows = torch.repeat_interleave(torch.arange(graph.num_dst), graph.in_indptr[1:] - graph.in_indptr[:-1])
-        dst, src = torch.empty_like(graph.in_src), torch.empty_like(graph.in_src)
-        dst[graph.in_eid], src[graph.in_eid] = rows, graph.in_src
+        dst, src = torch.empty_like(graph.in_src, dtype=torch.int64), torch.empty_like(graph.in_src, dtype=torch.int64)
+        dst[graph.in_eid], src[graph.in_eid] = rows, graph.in_src.long()
         check_against_its_edges(graph, src, dst)
 
     from_edge_index()

@@ -204,6 +204,13 @@ def test_graph_object_and_int32_indices():
     a = prog(g, h=feats["h"], norm=feats["norm"])
     b = prog(ei, h=feats["h"], norm=feats["norm"])
     torch.testing.assert_close(a, b)
+    # a compiled program's kernels read a graph's arrays in either index dtype (as DGL may share int64 ones)
+    wide = sl.Graph._from_checked([t.long() for t in g.tensors()], N, N)
+    assert g.in_src.dtype == torch.int32 and wide.in_src.dtype == torch.int64
+    h = feats["h"].clone().requires_grad_()
+    grads = [torch.autograd.grad(prog(graph, h=h, norm=feats["norm"]).sum(), h)[0] for graph in (g, wide)]
+    torch.testing.assert_close(prog(wide, h=feats["h"], norm=feats["norm"]), a, rtol=0, atol=0)
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
 
 
 class Attention(torch.nn.Module):

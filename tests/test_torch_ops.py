@@ -124,8 +124,53 @@ def test_csr_layouts_op_builds_what_torch_builds(num_src, num_dst, edges, with_l
     for k, (got, want) in enumerate(zip(ours, csr_layouts(src, dst, num_src, num_dst, listed), strict=True)):
         assert torch.equal(got, want), (k, got, want)
     torch.library.opcheck(OPS.csr_layouts, (src, dst, num_src, num_dst, listed))
+    narrow = OPS.csr_layouts(src, dst, num_src, num_dst, listed, 0, torch.int32)
+    assert all(t.dtype == torch.int32 and torch.equal(t, w) for t, w in zip(narrow, ours, strict=True))
+    torch.library.opcheck(OPS.csr_layouts, (src, dst, num_src, num_dst, listed, 0, torch.int32))
     built = sl.Graph.from_edges(src, dst, num_src, num_dst, listed)
-    assert all(torch.equal(a, b) for a, b in zip(built.tensors(), ours))
+    assert all(a.dtype == torch.int32 and torch.equal(a, b) for a, b in zip(built.tensors(), ours, strict=True))
+
+
+def test_graph_arrays_are_int32_where_the_sizes_fit():
+    """index_dtype: int32 while every vertex, edge id and row pointer fits, int64 beyond; every
+    constructor that builds the arrays builds them so, whatever the dtype it is given."""
+    from seastar_layers.graph import index_dtype
+
+    limit = 2**31 - 1
+    assert index_dtype(limit, limit, limit) == torch.int32
+    for sizes in [(limit + 1, 1, 1), (1, limit + 1, 1), (1, 1, limit + 1)]:
+        assert index_dtype(*sizes) == torch.int64, sizes
+    built = [sl.Graph.from_edge_index(EI, N), sl.Graph.from_edge_index(EI.int(), N),
+             sl.Graph.from_edges(EI[0], EI[1], N, N, loops=N), sl.Graph(*[t.long() for t in GRAPH.tensors()], N, N)]
+    for graph in built:
+        assert {t.dtype for t in graph.tensors(with_orders=True)} == {torch.int32}, graph
+    src, dst = GRAPH.endpoints()  # int64, as torch's index ops take them
+    assert src.dtype == dst.dtype == torch.int64 and torch.equal(src, EI[0]) and torch.equal(dst, EI[1])
+
+
+def test_int32_and_int64_graphs_give_the_same_results():
+    """One kernel reads either index dtype (codegen/cstyle.py: seastar_indices): every family's
+    float64 variants on GRAPH's int32 arrays and on the same arrays in int64 (as a DGL graph or
+    a PyG EdgeIndex shares them) give the same bits, forward and backward."""
+    wide = sl.Graph._from_checked([t.long() for t in GRAPH.tensors()], N, N)
+    assert GRAPH.in_src.dtype == torch.int32 and wide.in_src.dtype == torch.int64
+    for family in FAMILIES:
+        for k, (options, dtype, _, features) in enumerate(family.variants()):
+            if dtype != torch.float64:
+                continue
+            tensors = {n: t.requires_grad_() for n, t in random_inputs(family, features, k, SIZES[0], options).items()
+                       if n != "seed"}
+            switches = {s: True for s in family.switches if s in options}
+            results = []
+            for graph in (GRAPH, wide):
+                torch.manual_seed(k)
+                out = family(graph, **tensors, **switches)
+                projections = [torch.ones_like(r) for r in out]
+                grads = torch.autograd.grad(sum((r * p).sum() for r, p in zip(out, projections)),
+                                            list(tensors.values()), allow_unused=True)
+                results.append([*out, *[g for g in grads if g is not None]])
+            for got, want in zip(*results, strict=True):
+                torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"{family.name} {options}")
 
 
 @pytest.mark.parametrize("num_src,num_dst,edges,loops", [(N, N, 30, N), (7, 4, 50, 4), (5, 5, 0, 5), (6, 6, 9, 2)],
@@ -161,7 +206,12 @@ def test_csr_layouts_op_appends_self_loops(num_src, num_dst, edges, loops):
     ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, 4, None, 5), ValueError, ["'loops'", "[0, 4]", "got 5"]),
     ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, N, torch.ones(2, dtype=torch.bool), 3), ValueError,
      ["one entry per edge slot (5)", "[2]"]),
-], ids=["source", "negative", "lengths", "int32", "listed dtype", "size", "loops", "listed with loops"])
+    ((torch.tensor([0, 1]), torch.tensor([1, 2]), N, N, None, 0, torch.float32), TypeError,
+     ["'dtype' must be torch.int32 or torch.int64", "torch.float32"]),
+    ((torch.tensor([0, 1]), torch.tensor([1, 2]), 2**31, N, None, 0, torch.int32), ValueError,
+     ["2147483648 sources", "do not fit int32", "dtype=torch.int64"]),
+], ids=["source", "negative", "lengths", "int32", "listed dtype", "size", "loops", "listed with loops", "dtype",
+        "too large for int32"])
 def test_csr_layouts_op_refuses_bad_edges(args, error, words):
     with pytest.raises(error) as info:
         OPS.csr_layouts(*args)
@@ -516,10 +566,12 @@ def bad_graph(slot, value):
     (bad_graph(4, N + 5), ["graph[4] (out_dst)"]),
     (bad_graph(0, 1), ["graph[0] (in_indptr)", "must start at 0"]),
     (GRAPH.tensors()[:5], ["'graph' must hold the 6 CSR arrays"]),
-    ([t.int() for t in GRAPH.tensors()], ["graph[0] (in_indptr) must hold int64 indices"]),
+    ([t.float() for t in GRAPH.tensors()], ["graph[0] (in_indptr) must hold int32 or int64 indices"]),
+    ([t.long() if k == 0 else t.int() for k, t in enumerate(GRAPH.tensors())],
+     ["graph[1] (in_src) holds torch.int32 indices but graph[0] torch.int64", "one index dtype"]),
     ([torch.where(GRAPH.in_indptr == GRAPH.num_edges, GRAPH.num_edges - 1, GRAPH.in_indptr)] + GRAPH.tensors()[1:],
      ["the two layouts", "same number of edges"]),
-], ids=["source", "negative", "edge id", "destination", "indptr", "count", "int32", "layouts"])
+], ids=["source", "negative", "edge id", "destination", "indptr", "count", "float", "mixed", "layouts"])
 def test_entry_point_refuses_bad_graphs(graph, words):
     with pytest.raises((ValueError, TypeError)) as info:
         call_gat(graph)

@@ -644,10 +644,10 @@ class KernelRenderer:
         self.emit(f"// {'dst' if dst else 'src'} rows, {len(self.k.loops)} loop(s) over their "
                   f"{'in' if dst else 'out'}-edges")
         self.emit(*dim_declarations(symbols_of(b.shape for b in self.s.buffers), "p.dims"))
-        self.emit(f"const int64_t* __restrict__ indptr = p.graph[{csr}];",
-                  f"const int64_t* __restrict__ nbrs = p.graph[{csr + 1}];",
-                  f"const int64_t* __restrict__ eids = p.graph[{csr + 2}];",
-                  f"const int64_t* __restrict__ order = p.graph[{6 if dst else 7}];",
+        self.emit(f"const seastar_indices indptr{{p.graph[{csr}], p.wide_indices}};",
+                  f"const seastar_indices nbrs{{p.graph[{csr + 1}], p.wide_indices}};",
+                  f"const seastar_indices eids{{p.graph[{csr + 2}], p.wide_indices}};",
+                  f"const seastar_indices order{{p.graph[{6 if dst else 7}], p.wide_indices}};",
                   "(void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each")
         used = set(re.findall(r"\bb(\d+)\b", "\n".join(body)))
         for key, k in self.buffer_index.items():
@@ -661,6 +661,19 @@ class KernelRenderer:
         self.emit("}")
         scratch = " + ".join(f"({s})" for s in self.scratch_sizes) or "0"
         return "\n".join(self.lines), n_rows, scratch, c_max(sorted({str(s) for s in self.sizes}))
+
+
+def index_helpers(dialect: Dialect) -> list[str]:
+    """seastar_indices: a graph array of int32 or int64 indices (graph.py: index_dtype), chosen per call.
+    One kernel reads both: the branch is the same on every load, so it costs little beside a row of
+    features, where templates would compile every kernel twice."""
+    return ["struct seastar_indices {",
+            "  const void* data;",
+            "  bool wide;  // int64, else int32",
+            f"  {dialect.member_function} int64_t operator[](int64_t k) const {{",
+            "    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];",
+            "  }",
+            "};", ""]
 
 
 def random_helpers(dialect: Dialect) -> list[str]:
@@ -716,7 +729,8 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
     parts = [dialect.preamble(dtype), f"namespace {namespace} {{", *dialect.types(dtype), "",
              # not thread_local: emulated CUDA kernels run in fibers whose thread-local storage is reset
              "static const char* last_error = \"\";",
-             "static int seastar_fail(int code, const char* message) { last_error = message; return code; }", ""]
+             "static int seastar_fail(int code, const char* message) { last_error = message; return code; }", "",
+             *index_helpers(dialect)]
     if any(n.op is Op.UNIFORM for sched in schedules.values() for n in sched.program.nodes):
         parts += random_helpers(dialect)
     for name, sched in schedules.items():
@@ -725,7 +739,8 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
         parts += [f"struct {params} {{",
                   "  int64_t num_src, num_dst, num_edges;",
                   f"  int64_t dims[{max(len(symbols), 1)}];",
-                  f"  const int64_t* graph[{GRAPH_SLOTS}];",
+                  f"  const void* graph[{GRAPH_SLOTS}];",
+                  "  bool wide_indices;  // the graph's arrays hold int64, else int32",
                   f"  void* buffers[{max(len(sched.buffers), 1)}];",
                   "  acc_t* scratch;  // the CPU's per-thread rows of scratch",
                   "  int64_t scratch_per_row;  // elements of scratch one row uses",
@@ -747,7 +762,7 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
             checks.append(f"  if (numels[{k}] != {rows} * {size_expr(b.shape)}) return {k + 1};  // {b.key!r} "
                           f"{list(b.shape)}")
         parts.append(f'extern "C" int seastar_{prefix}{name}(const int64_t* sizes, const int64_t* dims, '
-                     f"const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, "
+                     f"const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, "
                      f"void* stream) {{")
         parts += ["  " + line for line in dim_declarations(symbols, "dims")]
         parts += checks
@@ -755,6 +770,7 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
                   "  p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];",
                   f"  for (int k = 0; k < {len(symbols)}; ++k) p.dims[k] = dims[k];",
                   f"  for (int k = 0; k < {GRAPH_SLOTS}; ++k) p.graph[k] = graph[k];",
+                  "  p.wide_indices = sizes[3] == 8;",
                   f"  for (int k = 0; k < {len(sched.buffers)}; ++k) p.buffers[k] = buffers[k];",
                   "  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;",
                   "  (void)stream;"]

@@ -32,6 +32,7 @@ class CudaDialect(Dialect):
     name = "cuda"
     file_suffix = ".cu"
     inline_function = "static __host__ __device__ inline"
+    member_function = "__host__ __device__ inline"
 
     def preamble(self, dtype: str) -> str:
         return '#include <algorithm>\n#include <cstdint>\n#include "seastar_cuda.h"\n'
@@ -76,7 +77,7 @@ class CudaDialect(Dialect):
         return lines + [
             f"for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < {n_rows}; "
             "rr += groups) {",
-            f"  const int64_t r = {order} != nullptr ? {order}[rr] : rr;"]
+            f"  const int64_t r = {order}.data != nullptr ? {order}[rr] : rr;"]
 
     def row_loop_close(self) -> list[str]:
         # the group is done with this row's scratch before the next row overwrites it

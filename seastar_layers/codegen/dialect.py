@@ -100,6 +100,7 @@ class Dialect:
     name = "abstract"
     file_suffix = ".cpp"
     inline_function = "static inline"  # how helper functions kernels call are declared
+    member_function = "inline"  # and member functions
     # blocked loops compute per-edge reductions over features in a loop of their own before the
     # loop over slots (or heads) that reads them: a loop holding an inner loop stays scalar on the CPU
     split_reductions = False

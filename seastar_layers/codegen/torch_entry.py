@@ -239,9 +239,9 @@ class VariantRenderer:
 
     def declarations(self) -> list[str]:
         k = self.g.key
-        # int seastar_p1234_forward(const int64_t*, const int64_t*, const int64_t* const*, void* const*,
+        # int seastar_p1234_forward(const int64_t*, const int64_t*, const void* const*, void* const*,
         #                           const int64_t*, int, void*);
-        signature = "(const int64_t*, const int64_t*, const int64_t* const*, void* const*, const int64_t*, int, void*);"
+        signature = "(const int64_t*, const int64_t*, const void* const*, void* const*, const int64_t*, int, void*);"
         return [f"int seastar_{k}forward{signature}", f"int seastar_{k}backward{signature}",
                 f"const char* seastar_{k}last_error();"]
 

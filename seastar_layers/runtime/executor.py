@@ -12,7 +12,7 @@ from ..passes.schedule import Buffer, Schedule
 
 GRAPH_SLOTS = 8  # as codegen/cstyle.py: in-CSR, out-CSR, row orders
 _GRAPH_ARRAY = ctypes.c_void_p * GRAPH_SLOTS
-_SIZES = ctypes.c_int64 * 3
+_SIZES = ctypes.c_int64 * 4  # vertices, destinations, edges, bytes per graph index
 COMPUTE_DTYPE = {torch.float32: torch.float32, torch.float64: torch.float64,
                  torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
@@ -98,7 +98,9 @@ def run(entry: Entry, sched: Schedule, graph_tensors: list[torch.Tensor], sizes:
     graph = _GRAPH_ARRAY(*[t.data_ptr() if t is not None else None for t in graph_tensors])
     dim_array = (ctypes.c_int64 * max(len(dims), 1))(*dims)
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    rc = entry.fn(_SIZES(*sizes), dim_array, graph, pointers, numels, threads_for(sizes[2] + sum(numels)), stream)
+    index_bytes = graph_tensors[0].element_size()
+    rc = entry.fn(_SIZES(*sizes, index_bytes), dim_array, graph, pointers, numels, threads_for(sizes[2] + sum(numels)),
+                  stream)
     if rc > 0:
         buf = sched.buffers[rc - 1]
         raise ValueError(f"internal: the kernel entry refused buffer {buf.key!r} with {tensors[rc - 1].numel()} "

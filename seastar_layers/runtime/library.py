@@ -197,10 +197,10 @@ def _jit_backward(family, graph, *args):
     return [gradients.get(name, torch.zeros_like(t)) for name, t in tensors.items()]
 
 
-def _fake_csr_layouts(src, dst, num_src, num_dst, listed=None, loops=0):
+def _fake_csr_layouts(src, dst, num_src, num_dst, listed=None, loops=0, dtype=None):
     edges = src.numel() + loops
-    return [src.new_empty(num_dst + 1), src.new_empty(edges), src.new_empty(edges), src.new_empty(num_src + 1),
-            src.new_empty(edges), src.new_empty(edges)]
+    return [src.new_empty(n, dtype=dtype or torch.int64)
+            for n in (num_dst + 1, edges, edges, num_src + 1, edges, edges)]
 
 
 # Loading the extension defines the ops; why it was not loaded, if it was not

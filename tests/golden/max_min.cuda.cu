@@ -9,10 +9,19 @@ typedef float acc_t;
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
+struct seastar_indices {
+  const void* data;
+  bool wide;  // int64, else int32
+  __host__ __device__ inline int64_t operator[](int64_t k) const {
+    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];
+  }
+};
+
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
-  const int64_t* graph[8];
+  const void* graph[8];
+  bool wide_indices;  // the graph's arrays hold int64, else int32
   void* buffers[6];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
@@ -22,10 +31,10 @@ struct forward_params {
 
 __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
   // dst rows, 1 loop(s) over their in-edges
-  const int64_t* __restrict__ indptr = p.graph[0];
-  const int64_t* __restrict__ nbrs = p.graph[1];
-  const int64_t* __restrict__ eids = p.graph[2];
-  const int64_t* __restrict__ order = p.graph[6];
+  const seastar_indices indptr{p.graph[0], p.wide_indices};
+  const seastar_indices nbrs{p.graph[1], p.wide_indices};
+  const seastar_indices eids{p.graph[2], p.wide_indices};
+  const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:x@src
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:y@dst
@@ -44,7 +53,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
       : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
-    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v2 = b1 + r * 3;
@@ -103,7 +112,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
   }
 }
 
-extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
   if (numels[0] != sizes[0] * 3) return 1;  // feature:x@src [3]
   if (numels[1] != sizes[1] * 3) return 2;  // feature:y@dst [3]
   if (numels[2] != sizes[1] * 3) return 3;  // output:out0@dst [3]
@@ -114,6 +123,7 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  p.wide_indices = sizes[3] == 8;
   for (int k = 0; k < 6; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
@@ -154,7 +164,8 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
 struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
-  const int64_t* graph[8];
+  const void* graph[8];
+  bool wide_indices;  // the graph's arrays hold int64, else int32
   void* buffers[10];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
@@ -164,10 +175,10 @@ struct backward_params {
 
 __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
   // dst rows, 2 loop(s) over their in-edges
-  const int64_t* __restrict__ indptr = p.graph[0];
-  const int64_t* __restrict__ nbrs = p.graph[1];
-  const int64_t* __restrict__ eids = p.graph[2];
-  const int64_t* __restrict__ order = p.graph[6];
+  const seastar_indices indptr{p.graph[0], p.wide_indices};
+  const seastar_indices nbrs{p.graph[1], p.wide_indices};
+  const seastar_indices eids{p.graph[2], p.wide_indices};
+  const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
@@ -188,7 +199,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
       : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
-    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v3 = b3 + r * 3;
@@ -278,10 +289,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
 
 __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
   // src rows, 1 loop(s) over their out-edges
-  const int64_t* __restrict__ indptr = p.graph[3];
-  const int64_t* __restrict__ nbrs = p.graph[4];
-  const int64_t* __restrict__ eids = p.graph[5];
-  const int64_t* __restrict__ order = p.graph[7];
+  const seastar_indices indptr{p.graph[3], p.wide_indices};
+  const seastar_indices nbrs{p.graph[4], p.wide_indices};
+  const seastar_indices eids{p.graph[5], p.wide_indices};
+  const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
@@ -303,7 +314,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
       : shared + (threadIdx.x / lanes) * p.scratch_per_row;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
-    const int64_t r = order != nullptr ? order[rr] : rr;
+    const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v2 = b2 + r * 3;
@@ -360,7 +371,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   }
 }
 
-extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
   if (numels[0] != sizes[1] * 3) return 1;  // adjoint:out0@dst [3]
   if (numels[1] != sizes[1] * 3) return 2;  // adjoint:out1@dst [3]
   if (numels[2] != sizes[0] * 3) return 3;  // feature:x@src [3]
@@ -375,6 +386,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  p.wide_indices = sizes[3] == 8;
   for (int k = 0; k < 10; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;

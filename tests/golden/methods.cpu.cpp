@@ -64,10 +64,19 @@ static inline double seastar_exp(double x) {
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
 
+struct seastar_indices {
+  const void* data;
+  bool wide;  // int64, else int32
+  inline int64_t operator[](int64_t k) const {
+    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];
+  }
+};
+
 struct forward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
-  const int64_t* graph[8];
+  const void* graph[8];
+  bool wide_indices;  // the graph's arrays hold int64, else int32
   void* buffers[6];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
@@ -77,10 +86,10 @@ struct forward_params {
 
 SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   // dst rows, 3 loop(s) over their in-edges
-  const int64_t* __restrict__ indptr = p.graph[0];
-  const int64_t* __restrict__ nbrs = p.graph[1];
-  const int64_t* __restrict__ eids = p.graph[2];
-  const int64_t* __restrict__ order = p.graph[6];
+  const seastar_indices indptr{p.graph[0], p.wide_indices};
+  const seastar_indices nbrs{p.graph[1], p.wide_indices};
+  const seastar_indices eids{p.graph[2], p.wide_indices};
+  const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
@@ -241,7 +250,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   }
 }
 
-extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
   if (numels[0] != sizes[0] * 10) return 1;  // feature:h@src [2, 5]
   if (numels[1] != sizes[1] * 10) return 2;  // feature:g@dst [2, 5]
   if (numels[2] != sizes[1] * 5) return 3;  // output:out0@dst [5]
@@ -252,6 +261,7 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  p.wide_indices = sizes[3] == 8;
   for (int k = 0; k < 6; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
@@ -270,7 +280,8 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
 struct backward_params {
   int64_t num_src, num_dst, num_edges;
   int64_t dims[1];
-  const int64_t* graph[8];
+  const void* graph[8];
+  bool wide_indices;  // the graph's arrays hold int64, else int32
   void* buffers[11];
   acc_t* scratch;  // the CPU's per-thread rows of scratch
   int64_t scratch_per_row;  // elements of scratch one row uses
@@ -280,10 +291,10 @@ struct backward_params {
 
 SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   // dst rows, 2 loop(s) over their in-edges
-  const int64_t* __restrict__ indptr = p.graph[0];
-  const int64_t* __restrict__ nbrs = p.graph[1];
-  const int64_t* __restrict__ eids = p.graph[2];
-  const int64_t* __restrict__ order = p.graph[6];
+  const seastar_indices indptr{p.graph[0], p.wide_indices};
+  const seastar_indices nbrs{p.graph[1], p.wide_indices};
+  const seastar_indices eids{p.graph[2], p.wide_indices};
+  const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
@@ -506,10 +517,10 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
 
 SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
   // src rows, 1 loop(s) over their out-edges
-  const int64_t* __restrict__ indptr = p.graph[3];
-  const int64_t* __restrict__ nbrs = p.graph[4];
-  const int64_t* __restrict__ eids = p.graph[5];
-  const int64_t* __restrict__ order = p.graph[7];
+  const seastar_indices indptr{p.graph[3], p.wide_indices};
+  const seastar_indices nbrs{p.graph[4], p.wide_indices};
+  const seastar_indices eids{p.graph[5], p.wide_indices};
+  const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
   scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
   scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
@@ -666,7 +677,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   }
 }
 
-extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const int64_t* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
+extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
   if (numels[0] != sizes[1] * 5) return 1;  // adjoint:out0@dst [5]
   if (numels[1] != sizes[1] * 10) return 2;  // feature:g@dst [2, 5]
   if (numels[2] != sizes[1] * 10) return 3;  // saved:13@dst [2, 5]
@@ -682,6 +693,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
   for (int k = 0; k < 8; ++k) p.graph[k] = graph[k];
+  p.wide_indices = sizes[3] == 8;
   for (int k = 0; k < 11; ++k) p.buffers[k] = buffers[k];
   p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;
   (void)stream;
