@@ -187,21 +187,22 @@ class GraphCheck {
   void row_pointers(int slot, int64_t max_edges) const {
     const at::Tensor& t = graph_[slot];
     if (t.is_cpu()) {
-      const at::Tensor p64 = t.to(at::kLong);  // row pointers: one per row, few beside the edges
-      const int64_t* p = p64.const_data_ptr<int64_t>();
-      const int64_t n = t.numel();
-      auto bad = at::parallel_reduce(
-          1, n, 1 << 16, int64_t(-1),
-          [&](int64_t begin, int64_t end, int64_t found) {
-            for (int64_t k = begin; k < end && found < 0; ++k)
-              if (p[k] < p[k - 1]) found = k;
-            return found;
-          },
-          [](int64_t a, int64_t b) { return a >= 0 ? a : b; });
-      TORCH_CHECK_VALUE(p[0] == 0 && bad < 0 && p[n - 1] <= max_edges, op_, ": graph[", slot, "] (", kNames[slot],
-                        ") must start at 0, never decrease and end at most at the number of edges ", max_edges,
-                        "; it starts at ", p[0], bad < 0 ? "" : ", decreases at position " + str(bad), " and ends at ",
-                        p[n - 1], "; ", kFix);
+      AT_DISPATCH_INDEX_TYPES(t.scalar_type(), "row_pointers", [&] {
+        const index_t* p = t.const_data_ptr<index_t>();
+        const int64_t n = t.numel();
+        auto bad = at::parallel_reduce(
+            1, n, 1 << 16, int64_t(-1),
+            [&](int64_t begin, int64_t end, int64_t found) {
+              for (int64_t k = begin; k < end && found < 0; ++k)
+                if (p[k] < p[k - 1]) found = k;
+              return found;
+            },
+            [](int64_t a, int64_t b) { return a >= 0 ? a : b; });
+        TORCH_CHECK_VALUE(p[0] == 0 && bad < 0 && p[n - 1] <= max_edges, op_, ": graph[", slot, "] (",
+                          kNames[slot], ") must start at 0, never decrease and end at most at the number of edges ",
+                          max_edges, "; it starts at ", p[0], bad < 0 ? "" : ", decreases at position " + str(bad),
+                          " and ends at ", p[n - 1], "; ", kFix);
+      });
     } else {
       std::string message = std::string(op_) + ": graph[" + str(slot) + "] (" + kNames[slot] +
                             ") must start at 0, never decrease and end at most at the number of edges; " + kFix;
@@ -216,7 +217,10 @@ class GraphCheck {
     std::string message = std::string(op_) + ": the two layouts (graph[" + str(a) + "] and graph[" + str(b) +
                           "]) must list the same number of edges; " + kFix;
     if (x.is_cpu()) {
-      TORCH_CHECK_VALUE(x[-1].item<int64_t>() == y[-1].item<int64_t>(), message);
+      AT_DISPATCH_INDEX_TYPES(x.scalar_type(), "same_last", [&] {  // one dtype: check_graph_arrays
+        TORCH_CHECK_VALUE(x.const_data_ptr<index_t>()[x.numel() - 1] == y.const_data_ptr<index_t>()[y.numel() - 1],
+                          message);
+      });
     } else {
       at::_assert_async(x[-1] == y[-1], message);
     }
