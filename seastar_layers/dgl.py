@@ -77,10 +77,6 @@ def _check_in_degrees(module, converted: _Converted) -> None:
         raise dgl.DGLError(ZERO_IN_DEGREE)
 
 
-def _degrees(indptr: torch.Tensor) -> torch.Tensor:
-    return indptr[1:] - indptr[:-1]
-
-
 class GATConv(_DGLGATConv):
     __doc__ = ("Fused drop-in for :class:`dgl.nn.GATConv`: attention, softmax, attention dropout, edge weights and "
                "aggregation in one sweep over the edges.\n\n" + (_DGLGATConv.__doc__ or ""))
@@ -145,17 +141,15 @@ class GATConv(_DGLGATConv):
         return rst
 
 
-def _degree_norm(degrees: torch.Tensor, like: torch.Tensor, how: str) -> torch.Tensor:
-    degs = degrees.to(like).clamp(min=1)
-    norm = torch.pow(degs, -0.5) if how == "both" else 1.0 / degs
-    return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
-
-
 def _cached_norm(g: Graph, sources: bool, like: torch.Tensor, how: str) -> torch.Tensor:
-    """_degree_norm of the sources' out-degrees or the destinations' in-degrees: it follows from the
-    graph alone, so it is made once per graph (inside a traced model, on every call)."""
+    """GraphConv's degree scale (norm "both": degree^-1/2, else 1/degree) of the sources' out-degrees
+    or the destinations' in-degrees, shaped to scale `like`'s rows: it follows from the graph alone,
+    so it is made once per graph (inside a traced model, on every call)."""
     def make():
-        return _degree_norm(_degrees(g.out_indptr if sources else g.in_indptr), like, how)
+        # DGL clamps the degrees to 1: a vertex without edges is scaled by 1
+        norm = torch.ops.seastar_layers.degree_scales(g.out_indptr if sources else g.in_indptr, like.dtype,
+                                                      -0.5 if how == "both" else -1.0, 1.0)
+        return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
 
     if torch.compiler.is_compiling():
         return make()

@@ -748,3 +748,37 @@ def test_cuda_without_cuda_kernels_runs_the_jit(family, monkeypatch):
     expected = getattr(OPS, f"{family.name}_backward")(*args, want_saved, grads)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_degree_scales_equal_the_layers_torch_formulas(dtype, index_dtype):
+    """degree_scales gives the bits of the formulas the drop-ins replace: PyG's gcn_norm (degree^-1/2,
+    0 where a vertex has no edges) and DGL's GraphConv (degrees clamped to 1, then ^-1/2 or 1/degree),
+    in a plain loop (float32, float64) and through ATen ops (half types, and traced: opcheck)."""
+    degrees = torch.tensor([0, 1, 2, 3, 0, 7, 100, 1025, 4097])
+    indptr = torch.cat([torch.zeros(1, dtype=torch.int64), degrees.cumsum(0)]).to(index_dtype)
+    as_float = degrees.to(dtype)
+    pyg = as_float.pow(-0.5)
+    pyg = pyg.masked_fill(pyg == float("inf"), 0)
+    clamped = as_float.clamp(min=1)
+    cases = [((-0.5, 0.0), pyg), ((-0.5, 1.0), torch.pow(clamped, -0.5)), ((-1.0, 1.0), 1.0 / clamped)]
+    for (exponent, isolated), expected in cases:
+        got = OPS.degree_scales(indptr, dtype, exponent, isolated)
+        assert got.dtype == dtype and got.shape == degrees.shape
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=f"{exponent}, {isolated}")
+        torch.library.opcheck(OPS.degree_scales, (indptr, dtype, exponent, isolated))
+
+
+@pytest.mark.parametrize("args,error,words", [
+    ((torch.tensor([0, 1]), torch.float32, 0.5, 0.0), ValueError, ["'exponent' must be -0.5 or -1", "0.5"]),
+    ((torch.tensor([0.0, 1.0]), torch.float32, -0.5, 0.0), TypeError, ["'indptr' must hold int32 or int64",
+                                                                       "torch.float32"]),
+    ((torch.tensor([0, 1]), torch.int64, -0.5, 0.0), TypeError, ["'dtype' must be a floating dtype", "torch.int64"]),
+    ((torch.zeros(0, dtype=torch.int64), torch.float32, -0.5, 0.0), ValueError, ["at least one row pointer"]),
+], ids=["exponent", "indptr dtype", "dtype", "empty"])
+def test_degree_scales_refuses_bad_arguments(args, error, words):
+    with pytest.raises(error) as info:
+        OPS.degree_scales(*args)
+    for word in words:
+        assert word in str(info.value), str(info.value)

@@ -505,8 +505,7 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
             return edges.gcn_weights(*slots(), weight, n, improved, layer.flow == "source_to_target", x.dtype)
 
         def inverse_sqrt_degree():  # as gcn_norm: degrees in the features' dtype, 0 for isolated vertices
-            degree = graph.in_degree(x.dtype).pow(-0.5)
-            return degree.masked_fill(degree == float("inf"), 0).unsqueeze(1)  # a column: it scales rows
+            return torch.ops.seastar_layers.degree_scales(graph.in_indptr, x.dtype, -0.5, 0.0).unsqueeze(1)
 
         compiling = torch.compiler.is_compiling()
         if weight is None and not improved and not (per_edge or layer.cached):
