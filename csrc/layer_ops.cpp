@@ -366,10 +366,12 @@ at::Tensor degree_scales(const at::Tensor& indptr, at::ScalarType dtype, double 
                     "a 1-d tensor of at least one row pointer, got shape ", indptr.sym_sizes());
   TORCH_CHECK_TYPE(at::isFloatingType(dtype), "seastar_layers::degree_scales: 'dtype' must be a floating dtype, got ",
                    torch_name(dtype));
-  const at::Tensor like = at::empty({0}, indptr.options().dtype(dtype));
-  if (plain_values({&like}) && indptr.is_contiguous() && !at::isTensorSubclassLike(indptr)) {
+  const auto options = indptr.options().dtype(dtype);
+  // as plain_values, for an index array (which never wants a gradient) and an output dtype
+  if ((dtype == at::kFloat || dtype == at::kDouble) && indptr.is_cpu() && indptr.is_contiguous() &&
+      !at::isTensorSubclassLike(indptr)) {
     const int64_t rows = indptr.numel() - 1;
-    at::Tensor out = at::empty({rows}, like.options());
+    at::Tensor out = at::empty({rows}, options);
     AT_DISPATCH_FLOATING_TYPES(dtype, "seastar_layers::degree_scales", [&] {
       AT_DISPATCH_INDEX_TYPES(indptr.scalar_type(), "seastar_layers::degree_scales", [&] {
         const index_t* p = indptr.const_data_ptr<index_t>();
@@ -387,7 +389,7 @@ at::Tensor degree_scales(const at::Tensor& indptr, at::ScalarType dtype, double 
     return out;
   }
   const at::Tensor degrees = (indptr.slice(0, 1) - indptr.slice(0, 0, -1)).to(dtype);
-  return at::where(degrees == 0, at::scalar_tensor(isolated, like.options()), degrees.clamp_min(1).pow(exponent));
+  return at::where(degrees == 0, at::scalar_tensor(isolated, options), degrees.clamp_min(1).pow(exponent));
 }
 
 }  // namespace
