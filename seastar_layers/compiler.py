@@ -52,6 +52,7 @@ class Compilation:
     prelude: Program | None = None  # parameter-only expressions, evaluated in torch before the kernels
     backward: Backward | None = None
     schedules: dict[str, Schedule] | None = None  # "forward", "backward"
+    pins: tuple = ()  # ((symbol, size), ...) per fast path: kernels with those sizes as constants
     source: str | None = None  # with PREFIX_PLACEHOLDER where the entry points' prefix goes
 
     def programs(self) -> dict[str, Program]:
@@ -104,13 +105,13 @@ PIPELINE = (
                                                       "backward": schedule(c.backward.program)}),
           lambda c: "\n".join(f"{name}:\n{sched}" for name, sched in c.schedules.items())),
     Stage("render", lambda c: replace(c, source=render_program(c.schedules, TARGETS[c.target], c.dtype,
-                                                               PREFIX_PLACEHOLDER)),
+                                                               PREFIX_PLACEHOLDER, c.pins)),
           lambda c: c.source),
 )
 
 
-def run_pipeline(program: Program, target: str, dtype: str) -> Compilation:
-    c = Compilation(program, target, dtype)
+def run_pipeline(program: Program, target: str, dtype: str, pins: tuple = ()) -> Compilation:
+    c = Compilation(program, target, dtype, pins=pins)
     verify(program, "frontend")
     _debug("frontend", program)
     for stage in PIPELINE:
@@ -138,19 +139,20 @@ class Generated:
     prelude: Program
 
 
-def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, target: str = "cpu") -> Generated:
+def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, target: str = "cpu",
+             pins: tuple = ()) -> Generated:
     """The whole pipeline up to the source, for one specialisation."""
     lowered = lower(fn, specs)
-    c = run_pipeline(lowered.program, target, SUPPORTED_DTYPES[dtype])
+    c = run_pipeline(lowered.program, target, SUPPORTED_DTYPES[dtype], pins)
     key = "p" + hashlib.sha256(c.source.encode()).hexdigest()[:20] + "_"
     return Generated(key, c.source.replace(PREFIX_PLACEHOLDER, key), c.schedules["forward"],
                      c.schedules["backward"], lowered, c.prelude)
 
 
-def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype,
-          tools: toolchain.Toolchain) -> tuple[Specialisation, list]:
+def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, tools: toolchain.Toolchain,
+          pins: tuple = ()) -> tuple[Specialisation, list]:
     """Generate, then bind to the prebuilt extension or a JIT-built library; returns the facts read."""
-    g = generate(fn, specs, dtype, tools.target)
+    g = generate(fn, specs, dtype, tools.target, pins)
     lib = prebuilt.lookup(g.key) if tools.backend == "cpu" else None
     if lib is None:
         if not config.jit_enabled():
@@ -180,25 +182,25 @@ class _SpecialisationCache:
         # held while building too: threads making the same first call wait for one build, not race it
         self._lock = threading.RLock()
 
-    def get(self, fn, specs, dtype, tools: toolchain.Toolchain) -> Specialisation:
+    def get(self, fn, specs, dtype, tools: toolchain.Toolchain, pins: tuple = ()) -> Specialisation:
         with self._lock:
-            return self._get(fn, specs, dtype, tools)
+            return self._get(fn, specs, dtype, tools, pins)
 
-    def _get(self, fn, specs, dtype, tools: toolchain.Toolchain) -> Specialisation:
+    def _get(self, fn, specs, dtype, tools: toolchain.Toolchain, pins: tuple) -> Specialisation:
         code = fn.__code__
         paths = self._paths.get(code, ())
         try:
             facts = tuple(signature_of(resolve_path(fn, p)) for p in paths)
         except (AttributeError, KeyError, ValueError):
             facts = None
-        key = (code, tuple(sorted((n, s.shape, s.dtype) for n, s in specs.items())), dtype, tools, facts)
+        key = (code, tuple(sorted((n, s.shape, s.dtype) for n, s in specs.items())), dtype, tools, pins, facts)
         spec = self._entries.get(key) if facts is not None else None
         if spec is not None:
             self._entries.move_to_end(key)
             return spec
-        spec, new_facts = build(fn, specs, dtype, tools)
+        spec, new_facts = build(fn, specs, dtype, tools, pins)
         self._paths[code] = tuple(p for p, _ in new_facts)
-        key = key[:4] + (tuple(sig for _, sig in new_facts),)
+        key = key[:5] + (tuple(sig for _, sig in new_facts),)
         self._entries[key] = spec
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
@@ -223,12 +225,13 @@ def _resolve_graph(graph, size, spec: "Specialisation", features: dict) -> Graph
 class CompiledProgram:
     """A vertex program; call it as ``prog(graph, size=None, **features)``."""
 
-    def __init__(self, fn, generic_shapes: bool = False, shapes: dict | None = None):
+    def __init__(self, fn, generic_shapes: bool = False, shapes: dict | None = None, fast_sizes=()):
         if not callable(fn) or not hasattr(fn, "__code__"):
             raise CompileError(f"sl.compile expects a Python function, got {type(fn).__name__}")
         self.fn = fn
         self.generic_shapes = generic_shapes or shapes is not None
         self.shapes = shapes
+        self.pins = _pins(shapes, fast_sizes)
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
@@ -242,7 +245,7 @@ class CompiledProgram:
 
     def generate(self, features: dict[str, torch.Tensor], target: str = "cpu") -> Generated:
         """The generated source for these features, compiling nothing (setup.py prebuilds with it)."""
-        return generate(self.fn, *self.specs(features), target)
+        return generate(self.fn, *self.specs(features), target, self.pins)
 
     def source(self, target: str = "cpu", **features) -> str:
         """The source generated for these features (shapes and dtype are what matter) and target
@@ -258,7 +261,7 @@ class CompiledProgram:
                    ) -> Specialisation:
         specs, dtype = self.specs(features)
         try:
-            return _CACHE.get(self.fn, specs, dtype, tools)
+            return _CACHE.get(self.fn, specs, dtype, tools, self.pins)
         except CompileError as e:
             raise e.with_traceback(None) from None  # the user's line is in the message; drop compiler frames
 
@@ -284,7 +287,8 @@ class CompiledProgram:
         return tuple(outs) if spec.returns_tuple else outs[0]
 
 
-def compile(fn=None, *, generic_shapes: bool = False, shapes: dict | None = None):  # noqa: A001 - the public name
+def compile(fn=None, *, generic_shapes: bool = False, shapes: dict | None = None,  # noqa: A001 - the public name
+            fast_sizes=()):
     """Compile a vertex function ``def f(v): ...`` into a fused kernel with its backward.
 
     Parsing and compilation happen on the first call, specialised on the shapes and dtype of the
@@ -294,10 +298,13 @@ def compile(fn=None, *, generic_shapes: bool = False, shapes: dict | None = None
     width, which is what lets the prebuilt layers be compiled at install time. ``shapes`` declares
     every feature's per-row shape with named sizes and 1s, e.g. ``{"x": ("heads", "channels"),
     "a_src": ("heads", 1)}``: one kernel then serves every size, 1 and equal sizes included.
+    ``fast_sizes`` (with ``shapes``) lists common sizes by name, e.g. ``[{"heads": 8, "channels": 8}]``:
+    each also gets kernels with those sizes as constants, which the entry runs when the sizes match
+    (the C++ compiler then unrolls the loops over them and keeps their accumulators in registers).
     """
     if fn is None:
-        return lambda f: CompiledProgram(f, generic_shapes, shapes)
-    return CompiledProgram(fn, generic_shapes, shapes)
+        return lambda f: CompiledProgram(f, generic_shapes, shapes, fast_sizes)
+    return CompiledProgram(fn, generic_shapes, shapes, fast_sizes)
 
 
 def shape_pattern(specs: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
@@ -311,20 +318,55 @@ def shape_pattern(specs: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:
     return out
 
 
+def size_symbols(declared: dict) -> dict[str, str]:
+    """The symbol s0, s1, ... of each named size in declared shapes, numbered in order of first
+    appearance: features by name, then axes."""
+    symbols: dict[str, str] = {}
+    for name in sorted(declared):
+        for w in declared[name]:
+            if w != 1:
+                symbols.setdefault(w, f"s{len(symbols)}")
+    return symbols
+
+
 def declared_shapes(specs: dict[str, FeatureSpec], declared: dict) -> dict[str, FeatureSpec]:
-    """Feature shapes as declared, each named size a symbol s0, s1, ... (numbered in order of first
-    appearance: features by name, then axes); the tensors passed must fit the declaration."""
+    """Feature shapes as declared, each named size its symbol (size_symbols); the tensors passed must
+    fit the declaration."""
     if set(specs) != set(declared):
         raise TypeError(f"features {sorted(specs)} do not match the declared ones {sorted(declared)}")
-    symbols: dict[str, str] = {}
+    symbols = size_symbols(declared)
     out = {}
     for name in sorted(specs):
         shape, want = specs[name].shape, tuple(declared[name])
         if len(shape) != len(want) or any(w == 1 and d != 1 for d, w in zip(shape, want)):
             raise ValueError(f"feature {name!r} must have per-row shape {list(want)}, got {list(shape)}")
-        out[name] = FeatureSpec(tuple(1 if w == 1 else symbols.setdefault(w, f"s{len(symbols)}") for w in want),
-                                specs[name].dtype)
+        out[name] = FeatureSpec(tuple(1 if w == 1 else symbols[w] for w in want), specs[name].dtype)
     return out
+
+
+def _pins(shapes: dict | None, fast_sizes) -> tuple:
+    """compile's fast_sizes as ((symbol, size), ...) per fast path, checked against the declared shapes."""
+    if isinstance(fast_sizes, dict):
+        fast_sizes = (fast_sizes,)
+    fast_sizes = tuple(fast_sizes)
+    if not fast_sizes:
+        return ()
+    if shapes is None:
+        raise TypeError("sl.compile's fast_sizes names sizes of the declared shapes: pass shapes= as well, e.g. "
+                        "shapes={'x': ('heads', 'channels')}, fast_sizes=[{'heads': 8, 'channels': 8}]")
+    symbols = size_symbols(shapes)
+    pins = []
+    for sizes in fast_sizes:
+        if not isinstance(sizes, dict) or not sizes:
+            raise TypeError(f"sl.compile's fast_sizes must be dicts of named sizes, e.g. {{'heads': 8}}, got {sizes!r}")
+        for name, size in sizes.items():
+            if name not in symbols:
+                raise ValueError(f"sl.compile's fast_sizes names {name!r}, which no declared shape has; the named "
+                                 f"sizes are {sorted(symbols)}")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"sl.compile's fast_sizes gives {name!r} the size {size!r}; sizes are positive ints")
+        pins.append(tuple(sorted((symbols[name], size) for name, size in sizes.items())))
+    return tuple(dict.fromkeys(pins))
 
 
 def _device_of(features: dict) -> torch.device:

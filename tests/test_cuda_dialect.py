@@ -4,6 +4,7 @@ and backward; the same source compiles with nvcc for sm_80 and sm_90.
 
 Run a single case under another emulator schedule with SEASTAR_EMU_SEED=<n>.
 """
+import itertools
 import re
 import shutil
 import subprocess
@@ -102,11 +103,12 @@ def test_schedules_of_the_emulator(emulated, monkeypatch, seed):
     check_against_oracle(per_head_dot, ["h", "g"], random_graph(N, N, 80, seed=seed), N, N)
 
 
-def layer_program_inputs(example: dict, n: int, num_edges: int, gen) -> dict:
+def layer_program_inputs(example: dict, n: int, num_edges: int, gen, heads: int = 3, channels: int = 7) -> dict:
     """Random features in the declared shapes of a prebuilt variant's example: vertex rows -> n,
-    edge rows -> num_edges, heads 2 -> 3, channels 3 -> 7 (odd sizes, unlike the examples')."""
+    edge rows -> num_edges, heads 2 -> `heads`, channels 3 -> `channels` (by default odd sizes,
+    unlike the examples'; 8 and 8 take GAT's fast path)."""
     rows = {3: n, 4: num_edges}
-    trailing = {2: 3, 3: 7, 1: 1}
+    trailing = {2: heads, 3: channels, 1: 1}
     return {name: torch.randn(rows[t.shape[0]], *(trailing[d] for d in t.shape[1:]), generator=gen,
                               dtype=t.dtype).requires_grad_()
             for name, t in example.items()}
@@ -115,14 +117,16 @@ def layer_program_inputs(example: dict, n: int, num_edges: int, gen) -> dict:
 def test_layer_programs_under_emulation(emulated, monkeypatch):
     """Every float64 prebuilt variant of the layers (GAT with each option, attention weights
     included; GCN's and APPNP's sums), CUDA dialect under the emulator against the CPU kernel, on
-    a graph with a hub and rows without in-edges; forward and gradients."""
+    a graph with a hub and rows without in-edges; forward and gradients; at odd sizes and at GAT's
+    fast path (8 heads of 8 channels)."""
     n = 40
     ei = hub_graph(n, seed=3)
     every_dtype = list(prebuilt_variants())
     variants = [(p, f) for p, f in every_dtype if next(iter(f.values())).dtype == torch.float64]
     assert len(variants) * 4 == len(every_dtype)  # one of the four dtypes
-    for program, example in variants:
-        feats = layer_program_inputs(example, n, ei.shape[1], torch.Generator().manual_seed(len(example)))
+    for (program, example), (heads, channels) in itertools.product(variants, [(3, 7), (8, 8)]):
+        feats = layer_program_inputs(example, n, ei.shape[1], torch.Generator().manual_seed(len(example)),
+                                     heads, channels)
         torch.manual_seed(0)  # attention dropout: both dialects draw the same bits from one seed
         emulated_out = program(ei, **feats)
         monkeypatch.delenv("SEASTAR_EMULATE_CUDA")

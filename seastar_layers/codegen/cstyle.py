@@ -37,8 +37,9 @@ class KernelRenderer:
     """Renders one kernel of a schedule as a C function of the dialect."""
 
     def __init__(self, sched: Schedule, kern: Kernel, name: str, dialect: Dialect, dtype: str,
-                 buffer_index: dict[BufferKey, int], params: str):
+                 buffer_index: dict[BufferKey, int], params: str, pinned: dict[str, int] | None = None):
         self.s, self.k, self.name, self.d, self.dtype = sched, kern, name, dialect, dtype
+        self.pinned = pinned or {}  # sizes this kernel takes as constants (a fast path), by symbol
         self.nodes = sched.program.nodes
         self.buffers = {b.key: b for b in sched.buffers}
         self.buffer_index = buffer_index
@@ -643,7 +644,7 @@ class KernelRenderer:
         self.depth = 1
         self.emit(f"// {'dst' if dst else 'src'} rows, {len(self.k.loops)} loop(s) over their "
                   f"{'in' if dst else 'out'}-edges")
-        self.emit(*dim_declarations(symbols_of(b.shape for b in self.s.buffers), "p.dims"))
+        self.emit(*dim_declarations(symbols_of(b.shape for b in self.s.buffers), "p.dims", self.pinned))
         self.emit(f"const seastar_indices indptr{{p.graph[{csr}], p.wide_indices}};",
                   f"const seastar_indices nbrs{{p.graph[{csr + 1}], p.wide_indices}};",
                   f"const seastar_indices eids{{p.graph[{csr + 2}], p.wide_indices}};",
@@ -709,21 +710,32 @@ def varies_along(shape, target, axis: int) -> bool:
     return aligned >= 0 and shape[aligned] != 1
 
 
-def dim_declarations(symbols: list[str], source: str) -> list[str]:
-    """The run-time sizes of a shape-generic kernel, by name."""
-    return [f"const int64_t {sym} = {source}[{int(sym[1:])}]; (void){sym};" for sym in symbols]
+def dim_declarations(symbols: list[str], source: str, pinned: dict[str, int] | None = None) -> list[str]:
+    """The sizes of a shape-generic kernel, by name: read at run time, or constants where pinned."""
+    pinned = pinned or {}
+    return [f"const int64_t {sym} = {pinned[sym] if sym in pinned else f'{source}[{int(sym[1:])}]'}; (void){sym};"
+            for sym in symbols]
 
 
-def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str, prefix: str = "") -> str:
+# The dtypes whose kernels get compile's fast paths. Each fast path compiles every kernel again
+# (about 5 s a GAT variant on this project's 2-core machine); the half types' CPU kernels are
+# not what anyone trains on at scale, so they keep the one generic kernel.
+PINNED_DTYPES = ("float32", "float64")
+
+
+def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str, prefix: str = "",
+                   pins: tuple = ()) -> str:
     """Source for several scheduled programs (forward and backward) of one dtype: kernels and entries.
 
     Each entry is `int seastar_<prefix><name>(sizes, dims, graph, buffers, numels, num_threads, stream)`:
     it checks every buffer's element count against the sizes (and the run-time dims of shape-generic
     kernels) and returns 1 + the index of the first wrong one; else it runs its kernels in order and
     returns 0, or a negative code whose message `seastar_<prefix>last_error()` returns. `prefix` keeps
-    many programs apart in one translation unit.
+    many programs apart in one translation unit. `pins` are fast paths, ((symbol, size), ...) each:
+    the kernels again with those sizes as constants, which the entry runs when the sizes match.
     """
     symbols = symbols_of(b.shape for sched in schedules.values() for b in sched.buffers)
+    fast_paths = [dict(pin) for pin in pins if dtype in PINNED_DTYPES and {s for s, _ in pin} <= set(symbols)]
     namespace = f"seastar_{prefix or 'program'}"
     # a namespace per program, so that many (of any dtype) can share one translation unit
     parts = [dialect.preamble(dtype), f"namespace {namespace} {{", *dialect.types(dtype), "",
@@ -747,13 +759,15 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
                   "  int num_threads;",
                   "  int lanes;  // threads per row",
                   "};", ""]
-        kernels = []
-        for k, kern in enumerate(sched.kernels):
-            kernel_name = f"{prefix}{name}_kernel{k}"
-            source, n_rows, scratch, widest = KernelRenderer(sched, kern, kernel_name, dialect, dtype, buffer_index,
-                                                             params).render()
-            parts += [source, ""]
-            kernels.append((kernel_name, n_rows, scratch, widest))
+        kernels = {}  # per fast path (then the generic one, {}): (name, rows, scratch, widest) per kernel
+        for j, pinned in [*enumerate(fast_paths), (None, {})]:
+            kernels[j] = []
+            for k, kern in enumerate(sched.kernels):
+                kernel_name = f"{prefix}{name}_kernel{k}" + ("" if j is None else f"_fast{j}")
+                source, n_rows, scratch, widest = KernelRenderer(sched, kern, kernel_name, dialect, dtype,
+                                                                 buffer_index, params, pinned).render()
+                parts += [source, ""]
+                kernels[j].append((kernel_name, n_rows, scratch, widest))
         checks = []
         for k, b in enumerate(sched.buffers):
             rows = {Space.SRC: "sizes[0]", Space.DST: "sizes[1]", Space.EDGE: "sizes[2]", Space.PARAM: "1"}[b.rows]
@@ -774,7 +788,12 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
                   f"  for (int k = 0; k < {len(sched.buffers)}; ++k) p.buffers[k] = buffers[k];",
                   "  p.num_threads = num_threads; p.lanes = 1; p.scratch = nullptr; p.scratch_per_row = 0;",
                   "  (void)stream;"]
-        parts += ["  " + line for line in dialect.run_kernels(kernels, params)]
+        for j, pinned in enumerate(fast_paths):
+            matches = " && ".join(f"{sym} == {size}" for sym, size in pinned.items())
+            parts.append(f"  if ({matches}) {{  // fast path {j}")
+            parts += ["    " + line for line in dialect.run_kernels(kernels[j], params)]
+            parts.append("  }")
+        parts += ["  " + line for line in dialect.run_kernels(kernels[None], params)]
         parts += ["}", ""]
     parts += [f'extern "C" const char* seastar_{prefix}last_error() {{ return last_error; }}', "",
               f"}}  // namespace {namespace}"]
