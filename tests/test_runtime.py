@@ -158,8 +158,8 @@ def test_disk_cache_hit_in_a_fresh_process(tmp_path):
 
 
 def test_cxx_is_read_as_a_command_line(tmp_path):
-    """CXX holding a command with arguments ("ccache g++", as scripts/compiler_cache.sh exports it
-    and setuptools reads it) builds a custom program; it was once taken as one executable's name.
+    """CXX holding a command with arguments ("ccache g++", as setuptools reads it) builds a custom
+    program; it was once taken as one executable's name.
     `env g++` stands in for ccache, which a machine may not have."""
     built = run_fresh_process(tmp_path, {"CXX": "env g++"})
     assert built.returncode == 0, built.stderr

@@ -42,8 +42,8 @@ def native_build() -> bool:
 
 
 def cxx() -> list[str]:
-    """The C++ compiler command: CXX as a command line ("ccache g++", as setuptools and make read it,
-    and as scripts/compiler_cache.sh exports it), else g++."""
+    """The C++ compiler command: CXX as a command line ("ccache g++", as setuptools and make read it),
+    else g++."""
     return shlex.split(os.environ.get("CXX", "")) or ["g++"]
 
 
