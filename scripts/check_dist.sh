@@ -20,14 +20,15 @@ python -m pip install -q --no-deps --target "$work/site" "$wheel"
 extension=$(ls "$work"/site/seastar_layers/_C*.so)
 if [ "$(uname -m)" = x86_64 ]; then
   # the x86-64 baseline has SSE2 only: a ymm/zmm register means AVX code that older CPUs cannot run,
-  # except in the kernels' AVX2 clones (codegen/cpu.py: CLONES), which only AVX2 CPUs are given
+  # except in the kernels' AVX2 and AVX-512 clones (codegen/cpu.py: CLONES), which only CPUs that
+  # have those are given
   counts=$(objdump -d --no-show-raw-insn "$extension" | awk '
-    /^[0-9a-f]+ <.*>:$/ { clone = ($2 ~ /\.arch_x86_64_v3/) }
+    /^[0-9a-f]+ <.*>:$/ { clone = ($2 ~ /\.arch_x86_64_v[34]/) }
     /%[yz]mm/ { if (clone) cloned++; else avx++ }
     END { print avx + 0, cloned + 0 }')
   read -r avx cloned <<<"$counts"
   if [ "$avx" != 0 ]; then
-    echo "error: $(basename "$wheel") is not portable: $avx instructions outside the AVX2 clones use AVX" \
+    echo "error: $(basename "$wheel") is not portable: $avx instructions outside the clones use AVX" \
          "registers (was it built with SEASTAR_NATIVE=1 or -march in CFLAGS?)" >&2
     exit 1
   fi
@@ -35,7 +36,7 @@ if [ "$(uname -m)" = x86_64 ]; then
     echo "error: $(basename "$wheel") has no AVX2 clones of its kernels (codegen/cpu.py: CLONES)" >&2
     exit 1
   fi
-  echo "portable: AVX registers only in the kernels' AVX2 clones ($cloned instructions)"
+  echo "portable: AVX registers only in the kernels' AVX2 and AVX-512 clones ($cloned instructions)"
 fi
 
 repo=$(pwd)

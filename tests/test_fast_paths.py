@@ -4,6 +4,8 @@ A fast path must give the generic kernel's bits. The prebuilt GAT kernels have o
 channels; padding x with a channel of zeros sends the same arithmetic through the generic kernel
 (the extra channel adds exact zeros to every dot product), so the two are compared bit for bit.
 """
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -34,6 +36,10 @@ def test_source_has_the_fast_path_and_its_dispatch():
     prog = sl.compile(scaled_attention, shapes=SHAPES, fast_sizes=[{"heads": 8, "channels": 8}])
     source = prog.source(**features(3, 2, 3))
     assert "_forward_kernel0_fast0(const forward_params& p)" in source
+    # the portable build gives a fast path's kernels an AVX-512 clone too (codegen/cpu.py: CLONES)
+    assert re.search(r'"arch=x86-64-v4", "arch=x86-64-v3", "default"\)\)\)\n#endif\n'
+                     r"static void \w+_forward_kernel0_fast0\(", source)
+    assert re.search(r"SEASTAR_CLONES static void \w+_forward_kernel0\(", source)
     assert "if (s0 == 8 && s1 == 8) {  // fast path 0" in source
     assert "const int64_t s0 = 8; (void)s0;" in source
     # the half types keep the generic kernels only (codegen/cstyle.py: PINNED_DTYPES)

@@ -640,7 +640,7 @@ class KernelRenderer:
         body, self.lines, self.depth = self.lines, [], 0
         n_rows = "p.num_dst" if dst else "p.num_src"
         csr = 0 if dst else 3
-        self.emit(*self.d.kernel_open(self.name, self.params))
+        self.emit(*self.d.kernel_open(self.name, self.params, fast=bool(self.pinned)))
         self.depth = 1
         self.emit(f"// {'dst' if dst else 'src'} rows, {len(self.k.loops)} loop(s) over their "
                   f"{'in' if dst else 'out'}-edges")

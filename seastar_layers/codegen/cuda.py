@@ -57,7 +57,7 @@ class CudaDialect(Dialect):
             return f"(acc_t)__int_as_float({'0x7f800000' if value > 0 else '(int)0xff800000'})"
         return f"(acc_t){value!r}"
 
-    def kernel_open(self, name: str, params: str) -> list[str]:
+    def kernel_open(self, name: str, params: str, fast: bool = False) -> list[str]:
         return [f"__global__ void __launch_bounds__({THREADS}) {name}(const {params} p) {{"]
 
     def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool) -> list[str]:

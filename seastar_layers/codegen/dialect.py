@@ -128,7 +128,8 @@ class Dialect:
     def literal(self, value: float, dtype: str) -> str:
         raise NotImplementedError
 
-    def kernel_open(self, name: str, params: str) -> list[str]:
+    def kernel_open(self, name: str, params: str, fast: bool = False) -> list[str]:
+        """The kernel function's opening line(s); `fast`: a fast path's kernel (its sizes constant)."""
         raise NotImplementedError
 
     def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool) -> list[str]:
