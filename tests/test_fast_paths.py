@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import grads
-from test_cuda_dialect import hub_graph
+from test_cuda_dialect import hub_graph, layer_program_inputs
 
 import seastar_layers as sl
 from seastar_layers.nn.programs import GAT_ATTENTION
@@ -65,6 +65,10 @@ def test_a_fast_path_gives_the_generic_kernels_bits(monkeypatch, emulate):
             assert torch.equal(got, want)
 
 
+def as_tuple(results) -> tuple:
+    return results if isinstance(results, tuple) else (results,)
+
+
 def padded_channel(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.detach(), torch.zeros(*x.shape[:-1], 1, dtype=x.dtype)], -1).requires_grad_()
 
@@ -78,17 +82,14 @@ def test_prebuilt_gat_fast_paths_give_the_generic_kernels_bits(dtype):
     variants = [(program, example) for _, d, program, example in GAT_ATTENTION.variants() if d == dtype]
     assert len(variants) == 32
     for program, example in variants:
-        gen = torch.Generator().manual_seed(len(example))
-        rows = {3: n, 4: ei.shape[1]}
-        feats = {name: torch.randn(rows[t.shape[0]], 8, 8 if t.shape[-1] == 3 else 1, generator=gen,
-                                   dtype=dtype).requires_grad_() for name, t in example.items()}
+        feats = layer_program_inputs(example, n, ei.shape[1], torch.Generator().manual_seed(len(example)),
+                                     heads=8, channels=8)
         wide = {name: padded_channel(t) if name == "x" else t for name, t in feats.items()}
         torch.manual_seed(0)  # attention dropout: both draw the same bits, keyed by edge and head
         fast = program(ei, **feats)
         torch.manual_seed(0)
         generic = program(ei, **wide)
-        fast, generic = (fast if isinstance(fast, tuple) else (fast,)), (generic if isinstance(generic, tuple) else
-                                                                        (generic,))
+        fast, generic = as_tuple(fast), as_tuple(generic)
         generic = (generic[0][..., :8],) + generic[1:]  # the output's padded channel is exactly 0
         for got, want in zip(fast, generic, strict=True):
             assert torch.equal(got, want)
