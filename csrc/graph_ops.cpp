@@ -6,7 +6,9 @@
 // which give the same arrays. The counting sort reads each edge twice per layout and allocates only
 // its results: on 14.3M edges the argsort took seconds and several edge-sized temporaries. The
 // self-loop slots PyG's layers append (nn/edges.py: with_self_loops) are appended here too, by
-// count, so the edge list is never copied to append them.
+// count, so the edge list is never copied to append them, and with unlist_self_loops the edges that
+// are loops are left out of the rows here, where Python would build a mask of three ATen ops
+// (nn/edges.py: listed_with_self_loops; a tenth of a layer's call on a new small graph).
 #include "seastar_ops.h"  // first_outside
 
 #include <algorithm>
@@ -26,11 +28,14 @@ void check_indices(const at::Tensor& t, const char* name, int64_t bound) {
 
 // One layout: row r holds the edge slots k with key r, in slot order, each as (other end, k): the
 // edges k < num_edges (keys[k], others[k]), then `loops` self-loops num_edges + i = (i, i). Slots
-// not listed follow every row, in slot order, in no row. The arrays hold index_t (graph.py: index_dtype).
+// not listed (by `listed`, or as an edge that is a self-loop with unlist_self_loops) follow every
+// row, in slot order, in no row. The arrays hold index_t (graph.py: index_dtype).
 template <typename index_t>
-void fill_layout(const int64_t* keys, const int64_t* others, const bool* listed, int64_t num_edges, int64_t loops,
-                 int64_t rows, index_t* indptr, index_t* neighbours, index_t* eids) {
-  const auto is_listed = [&](int64_t k) { return listed == nullptr || listed[k]; };
+void fill_layout(const int64_t* keys, const int64_t* others, const bool* listed, bool unlist_self_loops,
+                 int64_t num_edges, int64_t loops, int64_t rows, index_t* indptr, index_t* neighbours, index_t* eids) {
+  const auto is_listed = [&](int64_t k) {
+    return (listed == nullptr || listed[k]) && !(unlist_self_loops && k < num_edges && keys[k] == others[k]);
+  };
   std::fill(indptr, indptr + rows + 1, index_t{0});
   for (int64_t k = 0; k < num_edges; ++k)
     if (is_listed(k)) ++indptr[keys[k] + 1];
@@ -53,7 +58,7 @@ void fill_layout(const int64_t* keys, const int64_t* others, const bool* listed,
 
 std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst, int64_t num_src, int64_t num_dst,
                                     const std::optional<at::Tensor>& listed, int64_t loops,
-                                    std::optional<at::ScalarType> dtype) {
+                                    std::optional<at::ScalarType> dtype, bool unlist_self_loops) {
   const at::ScalarType index_dtype = dtype.value_or(at::kLong);
   TORCH_CHECK_TYPE(index_dtype == at::kLong || index_dtype == at::kInt, "seastar_layers::csr_layouts: 'dtype' "
                    "must be torch.int32 or torch.int64, got ", torch_name(index_dtype));
@@ -97,8 +102,8 @@ std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst
       const bool in = layout == 0;  // the in-layout: rows are destinations, neighbours sources
       const at::Tensor &keys = in ? dst : src, &others = in ? src : dst;
       AT_DISPATCH_INDEX_TYPES(index_dtype, "seastar_layers::csr_layouts", [&] {
-        fill_layout(keys.const_data_ptr<int64_t>(), others.const_data_ptr<int64_t>(), marks, num_edges, loops,
-                    in ? num_dst : num_src, out[3 * layout].mutable_data_ptr<index_t>(),
+        fill_layout(keys.const_data_ptr<int64_t>(), others.const_data_ptr<int64_t>(), marks, unlist_self_loops,
+                    num_edges, loops, in ? num_dst : num_src, out[3 * layout].mutable_data_ptr<index_t>(),
                     out[3 * layout + 1].mutable_data_ptr<index_t>(), out[3 * layout + 2].mutable_data_ptr<index_t>());
       });
     }
@@ -110,7 +115,7 @@ std::vector<at::Tensor> csr_layouts(const at::Tensor& src, const at::Tensor& dst
 
 TORCH_LIBRARY_FRAGMENT(seastar_layers, m) {
   m.def("csr_layouts(Tensor src, Tensor dst, int num_src, int num_dst, Tensor? listed=None, int loops=0, "
-        "ScalarType? dtype=None) -> Tensor[]",
+        "ScalarType? dtype=None, bool unlist_self_loops=False) -> Tensor[]",
         {at::Tag::pt2_compliant_tag});
 }
 

@@ -11,7 +11,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .nn.edges import listed_with_self_loops, with_self_loops
+from .nn.edges import with_self_loops
 
 
 class Graph:
@@ -59,10 +59,25 @@ class Graph:
     def _assign(self, arrays, num_src: int, num_dst: int, listed: torch.Tensor | None = None) -> None:
         self.in_indptr, self.in_src, self.in_eid, self.out_indptr, self.out_dst, self.out_eid = arrays
         self.num_src, self.num_dst = num_src, num_dst
-        self.listed = listed  # which edge slots belong to rows, where some do not (see csr_layouts)
+        self._listed = listed
         self._orders: tuple[torch.Tensor, torch.Tensor] | None = None
         self._op_tensors: list[torch.Tensor] | None = None
         self._derived: dict = {}
+
+    @property
+    def listed(self) -> torch.Tensor | None:
+        """Which edge slots belong to rows, where some do not (see csr_layouts), as a (E,) bool tensor; None
+        where every slot does. Where the extension left them out (from_edges with loops), it follows from the
+        rows: the slots after the last row's edges; made on first use (dropout and explain masks read it)."""
+        if self._listed is _UNLISTED_AFTER_ROWS:
+            listed = torch.ones(self.num_edges, dtype=torch.bool, device=self.device)
+            listed[self.in_eid[int(self.in_indptr[-1]):].long()] = False
+            self._listed = listed
+        return self._listed
+
+    @listed.setter
+    def listed(self, listed: torch.Tensor | None) -> None:
+        self._listed = listed
 
     @property
     def num_edges(self) -> int:
@@ -139,21 +154,22 @@ class Graph:
         torch.export) the index checks are asserts the compiled graph runs."""
         if loops and listed is not None:
             raise ValueError("Graph.from_edges: pass 'listed' or 'loops', not both")
-        src, dst = src.to(torch.int64), dst.to(torch.int64)
+        if src.dtype != torch.int64 or dst.dtype != torch.int64:  # .to costs a microsecond even where it is a no-op
+            src, dst = src.to(torch.int64), dst.to(torch.int64)
         dtype = index_dtype(num_src, num_dst, src.numel() + loops)
         if src.device.type == "cpu" and not torch.compiler.is_compiling() and _extension() is not None:
-            # the extension's counting sort appends the loops by count (no copy of the edges) and
-            # checks every index as it goes; only a refusal pays for the passes that name the bad
-            # index in the user's terms
-            if loops:
-                listed = listed_with_self_loops(src, dst, loops)
+            # the extension's counting sort appends the loops by count (no copy of the edges), leaves
+            # the edges that are loops out of the rows and checks every index as it goes; only a
+            # refusal pays for the passes that name the bad index in the user's terms
             try:
                 arrays = list(torch.ops.seastar_layers.csr_layouts(src.contiguous(), dst.contiguous(), num_src,
                                                                    num_dst, None if listed is None else
-                                                                   listed.contiguous(), loops, dtype))
+                                                                   listed.contiguous(), loops, dtype, loops > 0))
             except ValueError:
                 _check_edge_range(src, dst, num_src, num_dst)
                 raise
+            if loops:
+                listed = _UNLISTED_AFTER_ROWS
         else:
             if loops:
                 src, dst, listed = with_self_loops(src, dst, loops)
@@ -193,26 +209,33 @@ class Graph:
 
     @classmethod
     def from_dgl(cls, g) -> Graph:
-        """From a DGLGraph or block, with DGL's edge ids as edge ids. Where DGL already holds its CSC
-        and CSR (g.create_formats_(), as DGL's examples call for a graph trained on many times), both
-        layouts are DGL's arrays, shared, not copied, once checked safe to index (DGL 2.1 under a
-        newer torch has returned corrupt adjacency arrays for a block built from edges outside its
-        destinations). Otherwise, as for a sampler's block, which holds only its edge list, they are
-        built from the edge list by from_edges: asking DGL to build both would cost twice as much
-        (5.2 ms against 2.5 ms on a 163k-edge block) and keep its copies. A graph restricted to
-        sparse formats without an edge list (g.formats("csc")) lists its edges with their ids."""
+        """From a DGLGraph or block, with DGL's edge ids as edge ids.
+
+        A graph of at least SHARED_LAYOUT_EDGES edges where DGL already holds its CSC and CSR
+        (g.create_formats_(), as DGL's examples call for a graph trained on many times) gets DGL's
+        arrays as its layouts, shared, not copied, once checked safe to index (DGL 2.1 under a newer
+        torch has returned corrupt adjacency arrays for a block built from edges outside its
+        destinations). Every other graph, a sampler's block (which holds only its edge list) among
+        them, is built from its edge list by from_edges: asking DGL to build both layouts would
+        cost twice as much (5.2 ms against 2.5 ms on a 163k-edge block) and keep its copies, and on
+        a small graph reading DGL's two layouts (its formats, two adjacency calls through DGL's FFI,
+        the checks) costs 200 us against 45 us for its edge list. A graph restricted to sparse
+        formats without an edge list (g.formats("csc")) lists its edges with their ids."""
         if len(g.canonical_etypes) != 1:
             raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
                              "pass one relation at a time, e.g. g[etype]")
         num_src, num_dst = g.num_src_nodes(), g.num_dst_nodes()
-        formats = g.formats()
-        if {"csc", "csr"} <= set(formats["created"]):
+        if g.num_edges() >= SHARED_LAYOUT_EDGES and {"csc", "csr"} <= set(g.formats()["created"]):
             arrays = _shared_dtype((*g.adj_tensors("csc"), *g.adj_tensors("csr")), num_src, num_dst)
             if arrays[1].numel() == g.num_edges() and not _layouts_problem(*arrays, num_src, num_dst):
                 return cls._from_checked(arrays, num_src, num_dst)
-        if "coo" in formats["created"] + formats["not created"]:
+        try:
             src, dst = g.edges(order="eid")
-        else:
+        except Exception as error:  # noqa: BLE001 - by name: where DGL was imported again without graphbolt
+            # (compat.import_dgl), its C library still raises the first import's DGLError, not dgl.DGLError
+            if type(error).__name__ != "DGLError":
+                raise
+            # no edge list, and none allowed: the sparse formats list edges by (src, dst)
             listed_src, listed_dst, eid = g.edges(order="srcdst", form="all")
             eid = eid.to(torch.int64)
             # an id DGL did not list leaves a -1 there, which from_edges refuses
@@ -221,7 +244,9 @@ class Graph:
         return cls.from_edges(src, dst, num_src, num_dst)
 
 
+SHARED_LAYOUT_EDGES = 1 << 16  # from_dgl: a graph's layouts below this many edges are its own (1.5 MB at most)
 INT32_MAX = 2**31 - 1
+_UNLISTED_AFTER_ROWS = object()  # Graph.listed: the slots after the rows' edges, derived when first read
 
 
 def index_dtype(num_src: int, num_dst: int, num_edges: int) -> torch.dtype:

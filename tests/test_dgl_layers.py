@@ -97,10 +97,15 @@ def test_gat_bipartite_features():
 @pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2)),
                                          ("GraphConv", dict(in_feats=F_IN, out_feats=3)),
                                          ("APPNPConv", dict(k=3, alpha=0.1))])
-def test_graphs_restricted_to_sparse_formats(formats, name, kwargs):
+@pytest.mark.parametrize("shared_from", [0, None], ids=["shared", "small"])
+def test_graphs_restricted_to_sparse_formats(formats, name, kwargs, shared_from, monkeypatch):
     """A DGLGraph restricted to CSC or CSR, without an edge list, converts with DGL's edge ids, and
-    one whose CSC and CSR DGL already built shares them ("created"): DGL's own layers refuse most
-    restricted graphs, so the reference runs on the unrestricted graph."""
+    one whose CSC and CSR DGL already built shares them ("created") where it has at least
+    SHARED_LAYOUT_EDGES edges (here 0: "shared"); a smaller one ("small") is built from its edge
+    list, which costs less than reading DGL's layouts. DGL's own layers refuse most restricted
+    graphs, so the reference runs on the unrestricted graph."""
+    if shared_from is not None:
+        monkeypatch.setattr("seastar_layers.graph.SHARED_LAYOUT_EDGES", shared_from)
     ref, ours = pair(name, **kwargs)
     g = graph()
     weight = torch.rand(g.num_edges(), generator=torch.Generator().manual_seed(4))
@@ -112,11 +117,11 @@ def test_graphs_restricted_to_sparse_formats(formats, name, kwargs):
     for edge_weight in (None, weight):
         expected = ref(g, x(), edge_weight=edge_weight)
         torch.testing.assert_close(ours(ours_g, x(), edge_weight=edge_weight), expected, atol=1e-5, rtol=1e-5)
-    if formats == "created":  # no copies: the layouts are DGL's own arrays
+    if formats == "created":  # no copies where shared: the layouts are DGL's own arrays
         converted = sd._converted(ours_g).graph
         indptr, indices, _ = ours_g.adj_tensors("csc")
-        assert converted.in_indptr.data_ptr() == indptr.data_ptr()
-        assert converted.in_src.data_ptr() == indices.data_ptr()
+        assert (converted.in_indptr.data_ptr() == indptr.data_ptr()) == (shared_from is not None)
+        assert (converted.in_src.data_ptr() == indices.data_ptr()) == (shared_from is not None)
 
 
 def sampled_blocks(fanouts=(4, 3)):

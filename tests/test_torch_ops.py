@@ -177,8 +177,10 @@ def test_int32_and_int64_graphs_give_the_same_results():
                          ids=["square", "bipartite", "no edges", "fewer loops"])
 def test_csr_layouts_op_appends_self_loops(num_src, num_dst, edges, loops):
     """With `loops`, the op appends PyG's self-loop slots by count, without a copy of the edges: the
-    same arrays as the torch build over with_self_loops' slots, element for element, and
-    Graph.from_edges(loops=...) lists the same slots; opcheck passes."""
+    same arrays as the torch build over with_self_loops' slots, element for element, whether the
+    edges that are loops come unlisted in `listed` or the op leaves them out (unlist_self_loops), and
+    Graph.from_edges(loops=...) lists the same slots (its `listed`, derived from the rows); opcheck
+    passes."""
     from seastar_layers.nn.edges import listed_with_self_loops, with_self_loops
 
     gen = torch.Generator().manual_seed(edges + loops)
@@ -188,9 +190,11 @@ def test_csr_layouts_op_appends_self_loops(num_src, num_dst, edges, loops):
     slot_src, slot_dst, listed = with_self_loops(src, dst, loops)
     expected = csr_layouts(slot_src, slot_dst, num_src, num_dst, listed)
     args = (src, dst, num_src, num_dst, listed_with_self_loops(src, dst, loops), loops)
-    for k, (got, want) in enumerate(zip(OPS.csr_layouts(*args), expected, strict=True)):
-        assert torch.equal(got, want), (k, got, want)
-    torch.library.opcheck(OPS.csr_layouts, args)
+    unlisted_here = (src, dst, num_src, num_dst, None, loops, None, True)  # the op finds the loops itself
+    for case in (args, unlisted_here):
+        for k, (got, want) in enumerate(zip(OPS.csr_layouts(*case), expected, strict=True)):
+            assert torch.equal(got, want), (k, got, want)
+        torch.library.opcheck(OPS.csr_layouts, case)
     built = sl.Graph.from_edges(src, dst, num_src, num_dst, loops=loops)
     assert all(torch.equal(a, b) for a, b in zip(built.tensors(), expected, strict=True))
     assert torch.equal(built.listed, listed)

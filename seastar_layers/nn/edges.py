@@ -7,7 +7,8 @@ edge, then one loop per vertex; `listed` marks the slots PyG keeps, in PyG's ord
 built from them (graph.csr_layouts) leaves the other slots out of every row, so kernels never
 visit them. Per-edge values are given per slot; a dropped slot's value is never read. In eager
 mode on the CPU, Graph.from_edges(..., loops=n) has the extension's counting sort append the loops
-by count, so the edge list is not copied to append them.
+by count and leave out the edges that are loops, so the edge list is not copied to append them and
+no mask is built.
 """
 from typing import Optional
 
