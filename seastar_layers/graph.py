@@ -224,10 +224,10 @@ class Graph:
         if len(g.canonical_etypes) != 1:
             raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
                              "pass one relation at a time, e.g. g[etype]")
-        num_src, num_dst = g.num_src_nodes(), g.num_dst_nodes()
-        if g.num_edges() >= SHARED_LAYOUT_EDGES and {"csc", "csr"} <= set(g.formats()["created"]):
+        num_src, num_dst, num_edges = g.num_src_nodes(), g.num_dst_nodes(), g.num_edges()
+        if num_edges >= SHARED_LAYOUT_EDGES and {"csc", "csr"} <= set(g.formats()["created"]):
             arrays = _shared_dtype((*g.adj_tensors("csc"), *g.adj_tensors("csr")), num_src, num_dst)
-            if arrays[1].numel() == g.num_edges() and not _layouts_problem(*arrays, num_src, num_dst):
+            if arrays[1].numel() == num_edges and not _layouts_problem(*arrays, num_src, num_dst):
                 return cls._from_checked(arrays, num_src, num_dst)
         try:
             src, dst = g.edges(order="eid")
