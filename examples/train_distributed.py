@@ -79,7 +79,7 @@ def main():
         else:  # a group of one, through a file: no port to collide with
             dist.init_process_group(backend, store=dist.FileStore(f"{scratch}/store", 1), rank=0, world_size=1)
         try:
-            train(args, rank, world, device, say)
+            train(args, rank, local_rank, world, device, say)
         finally:
             dist.destroy_process_group()
 
@@ -90,8 +90,8 @@ def pyg_sampler_available() -> bool:
     return pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE
 
 
-def train(args, rank: int, world: int, device: torch.device, say) -> None:
-    data = load(args, args.library, say)
+def train(args, rank: int, local_rank: int, world: int, device: torch.device, say) -> None:
+    data = load_first_on_local_rank_zero(args, local_rank, say)
     say(f"{world} ranks, {args.library} sampling, {args.layers} layers, {device}")
 
     make_batches, model = (dgl_setup if args.library == "dgl" else pyg_setup)(args, data, rank, world)
@@ -130,6 +130,15 @@ def train(args, rank: int, world: int, device: torch.device, say) -> None:
         Path(args.save_dir).mkdir(parents=True, exist_ok=True)
         torch.save({"state_dict": model.module.state_dict(), "losses": losses, "accuracy": accuracy},
                    Path(args.save_dir) / f"rank{rank}.pt")
+
+
+def load_first_on_local_rank_zero(args, local_rank: int, say):
+    """The dataset, read by one process per machine before the others: PyG's and DGL's loaders write their
+    processed files on first use, and a process that reads such a file while another is still writing it reads
+    a torn one. Once local rank 0 has written them, the other ranks only read."""
+    data = load(args, args.library, say) if local_rank == 0 else None
+    dist.barrier()
+    return data if data is not None else load(args, args.library, say)
 
 
 def to_device(inputs: tuple, device: torch.device) -> tuple:
