@@ -23,13 +23,13 @@ static inline float seastar_exp(float x) {
   int32_t k = tb - mb;  // n as an integer
   float r = xc - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float y = p * (r * r) + r + 1.0f;
+  // the polynomial in Estrin's form: three short chains instead of Horner's one of ten operations
+  const float r2 = r * r, r4 = r2 * r2;
+  const float p01 = 1.6666665459e-1f * r + 5.0000001201e-1f;
+  const float p23 = 8.3334519073e-3f * r + 4.1665795894e-2f;
+  const float p45 = 1.9875691500e-4f * r + 1.3981999507e-3f;
+  const float p = (p23 * r2 + p01) + p45 * r4;
+  const float y = p * r2 + r + 1.0f;
   // 2^k outside the normal range (results near overflow or subnormal): scaled in two steps
   const bool small = k < -125, big = k > 127;
   const int32_t kk = small ? k + 25 : (big ? k - 1 : k);
