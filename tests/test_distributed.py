@@ -73,6 +73,35 @@ def test_pyg_path_without_a_sampler_library_says_how_to_install_one(small_graph)
     assert "torch-sparse" in result.stderr and "--library dgl" in result.stderr and "Traceback" not in result.stderr
 
 
+RANK_LOADS = """
+import sys, time, types
+import torch.distributed as dist
+sys.path.insert(0, sys.argv[1])
+import train_distributed
+rank, store, log = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+def load(args, library, say):  # local rank 0 is slow to load; another rank must still come after it
+    time.sleep(1.0 if rank == 0 else 0.0)
+    with open(log, "a") as f:
+        f.write(f"{rank}\\n")
+    return rank
+train_distributed.load = load
+args = types.SimpleNamespace(library="dgl")
+assert train_distributed.load_first_on_local_rank_zero(args, rank, print) == rank
+dist.destroy_process_group()
+"""
+
+
+def test_local_rank_zero_loads_the_dataset_before_the_other_ranks(tmp_path):
+    """The loaders write their processed files on first use: two ranks loading at once had one
+    read the file the other was still writing (a torn torch.save, CI's failure)."""
+    log = tmp_path / "loads"
+    ranks = [subprocess.Popen([sys.executable, "-c", RANK_LOADS, str(EXAMPLE.parent), str(rank),
+                               str(tmp_path / "store"), str(log)]) for rank in (0, 1)]
+    assert [rank.wait(timeout=120) for rank in ranks] == [0, 0]
+    assert log.read_text().split() == ["0", "1"]
+
+
 def test_one_process_without_torchrun(small_graph, tmp_path):
     cmd = [sys.executable, str(EXAMPLE), "--dataset", "Cora", "--root", str(small_graph), "--batch-size", "50",
            "--max-steps", "3", "--fanouts", "5", "5"]
