@@ -96,9 +96,13 @@ def test_local_rank_zero_loads_the_dataset_before_the_other_ranks(tmp_path):
     """The loaders write their processed files on first use: two ranks loading at once had one
     read the file the other was still writing (a torn torch.save, CI's failure)."""
     log = tmp_path / "loads"
-    ranks = [subprocess.Popen([sys.executable, "-c", RANK_LOADS, str(EXAMPLE.parent), str(rank),
-                               str(tmp_path / "store"), str(log)]) for rank in (0, 1)]
-    assert [rank.wait(timeout=120) for rank in ranks] == [0, 0]
+    processes = [subprocess.Popen([sys.executable, "-c", RANK_LOADS, str(EXAMPLE.parent), str(rank),
+                                   str(tmp_path / "store"), str(log)]) for rank in (0, 1)]
+    try:
+        assert [process.wait(timeout=120) for process in processes] == [0, 0]
+    finally:  # a rank left waiting at the barrier for one that died would wait out gloo's timeout
+        for process in processes:
+            process.kill()
     assert log.read_text().split() == ["0", "1"]
 
 
