@@ -435,7 +435,8 @@ def _fingerprint(t: torch.Tensor) -> int:
     per_block = blocks.mv(block) if blocks.device.type == "cpu" else (blocks * block).sum(1)
     tail = flat[full * _FINGERPRINT_BLOCK:]
     per_block = torch.cat([per_block, (tail * block[:tail.numel()]).sum().view(1)])
-    return int(per_block @ _odd_weights(per_block.numel(), 1).to(flat.device))
+    # a product and a sum, not a dot: CUDA has no int64 dot
+    return int((per_block * _odd_weights(per_block.numel(), 1).to(flat.device)).sum())
 
 
 def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
