@@ -74,6 +74,18 @@ def generate_sources(targets: list[str]) -> list[str]:
     return [str(p.relative_to(ROOT)) for p in paths]
 
 
+def check_one_libstdcxx(extension: Path) -> None:
+    """An extension with a libstdc++ of its own is deleted and the build fails, saying why."""
+    from seastar_layers.errors import BuildError
+    from seastar_layers.runtime import toolchain
+
+    try:
+        toolchain.check_shared_libstdcxx(extension)
+    except BuildError as e:
+        extension.unlink()
+        sys.exit(f"error: {e}")
+
+
 def cuda_build() -> bool:
     import torch
 
@@ -94,6 +106,7 @@ class BuildLayers(build_ext):
                 self.entry_flags = configure(ext, with_cuda)
                 ext.sources = HAND_WRITTEN + generate_sources(["cpu", "cuda"] if with_cuda else ["cpu"])
         super().run()
+        check_one_libstdcxx(Path(self.get_ext_fullpath("seastar_layers._C")))
         from seastar_layers.runtime import prebuilt
 
         # what the generated code followed from: the package loads the extension only while it matches
@@ -146,7 +159,9 @@ def configure(ext: Extension, with_cuda: bool) -> list[str]:
     # folder, so a compiler cache serves the sdist's build too (scripts/compiler_cache.sh)
     ext.include_dirs += ["csrc", *cpp_extension.include_paths()]
     ext.library_dirs += cpp_extension.library_paths()
-    ext.libraries += ["c10", "torch", "torch_cpu"]
+    # libstdc++ named first and so linked as the shared library torch uses too, even where the
+    # environment links it statically (LDFLAGS=-static-libstdc++): toolchain.check_shared_libstdcxx
+    ext.libraries += ["stdc++", "c10", "torch", "torch_cpu"]
     flags = ["-std=c++20", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
     if with_cuda:
         home = config.cuda_home()

@@ -1,5 +1,9 @@
-"""setup.py's decisions for the CUDA build of the extension (runtime/toolchain.py), and, where a CUDA
-build of torch and the extension's CUDA kernels exist, their registration."""
+"""setup.py's decisions for the CUDA build of the extension (runtime/toolchain.py), its link against
+the shared libstdc++, and, where a CUDA build of torch and the extension's CUDA kernels exist, their
+registration."""
+import subprocess
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -99,3 +103,34 @@ def test_the_cuda_build_registers_its_kernels():
         for op in (name, f"{name}_backward"):
             for key in ("CPU", "CUDA"):
                 assert torch._C._dispatch_has_kernel_for_dispatch_key(f"seastar_layers::{op}", key), (op, key)
+
+
+FORMATS_A_NUMBER = '#include <sstream>\n#include <string>\nstd::string text(long v) { std::ostringstream s; s << v; return s.str(); }\n'
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["shared_libstdcxx", "static_libstdcxx"])
+def test_a_library_with_its_own_libstdcxx_is_refused(tmp_path, static):
+    """On the GPU machine the link added libstdc++ statically: the extension formatted numbers through
+    its own std::locale and died in std::codecvt on CUDA tensors. The build now refuses such a library."""
+    source, library = tmp_path / "formats.cpp", tmp_path / "libformats.so"
+    source.write_text(FORMATS_A_NUMBER)
+    flags = ["-static-libstdc++"] if static else []
+    subprocess.run(["g++", "-fPIC", "-shared", *flags, str(source), "-o", str(library)], check=True)
+    if static:
+        with pytest.raises(BuildError, match="copy of libstdc\\+\\+ of its own.*-static-libstdc\\+\\+"):
+            toolchain.check_shared_libstdcxx(library)
+    else:
+        toolchain.check_shared_libstdcxx(library)
+
+
+def test_the_extension_uses_the_shared_libstdcxx():
+    """The extension as built here (setup.py links libstdc++ by name, so shared even under
+    LDFLAGS=-static-libstdc++), and its messages carry their numbers."""
+    import seastar_layers as sl
+    from seastar_layers import _C
+
+    toolchain.check_shared_libstdcxx(Path(_C.__file__))
+    arrays = list(sl.Graph.from_edge_index(torch.tensor([[0, 1], [1, 2]])).tensors())
+    arrays[1] = torch.tensor([0, 7], dtype=arrays[1].dtype)
+    with pytest.raises(ValueError, match=r"graph\[1\] \(in_src\) holds 7 at position 1, outside \[0, 3\)"):
+        torch.ops.seastar_layers.weighted_sum(arrays, torch.randn(3, 2))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import platform
 import re
 import shlex
@@ -207,3 +208,23 @@ def build_cuda_kernels(torch_version: str, torch_cuda: str | None, toolkit: str 
                          f"{torch_cuda.split('.')[0]} toolkit, install a torch built for CUDA {toolkit.split('.')[0]}, "
                          "or build the CPU kernels only with FORCE_ONLY_CPU=1")
     return True
+
+
+def check_shared_libstdcxx(library: Path) -> None:
+    """Raises BuildError where `library` carries its own copy of libstdc++ (std::locale's members,
+    which libstdc++ alone defines, among its symbols). Torch loads the shared libstdc++; a second
+    copy keeps a std::locale of its own, and every number the library formats (each error message,
+    each index check on CUDA tensors) reaches facets that the other copy registered: the text breaks
+    off, or the process dies in std::codecvt, as the extension did on the GPU machine, whose link
+    added libstdc++ statically."""
+    try:
+        symbols = subprocess.run(["nm", "--defined-only", str(library)], capture_output=True, text=True,
+                                 check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"seastar_layers: could not list the symbols of {library.name} ({e}); its libstdc++ is not checked")
+        return
+    if " _ZNSt6locale" in symbols:
+        raise BuildError(f"{library.name} was linked with a copy of libstdc++ of its own (it defines std::locale), "
+                         "which garbles its error messages and crashes it on CUDA tensors; link libstdc++ as a "
+                         "shared library: remove -static-libstdc++ from LDFLAGS (now "
+                         f"{os.environ.get('LDFLAGS', '')!r}) and from the compiler's configuration, then build again")
