@@ -8,7 +8,9 @@ do) with CUDA events (warmup, then the median of --repeat) and measures the CUDA
 during one such step, from before the layer's first call: its inputs are not counted, what it
 keeps between calls (our cached graph) is. Ratios are to seastar's drop-in for the same library.
 Then it prints the targets of issue 7: on the Reddit-scale graph GAT (8 heads x 8 channels) at
-least 5x faster than PyG's with at most 1/10 of its peak memory; GCN and APPNP faster than PyG's.
+least 5x faster than PyG's with at most 1/10 of its peak memory; GCN and APPNP faster than PyG's;
+a custom program's first call in a fresh process that finds its kernels in the disk cache (the
+warm JIT hit, benchmarks/warm_jit.py) at most 50 ms more than its second.
 
 "Reddit" is GENERATED (examples/data.py generated_graph: Reddit's 232,965 vertices and
 114.6M edges with a heavy-tailed degree skew; about 30 s on 2 CPU cores), not the real dataset.
@@ -27,7 +29,9 @@ import argparse
 import gc
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,6 +44,7 @@ if DRY_RUN:  # before seastar_layers reads it: CPU tensors run the CUDA dialect 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import (RESULTS, cuda_peak_bytes, layer_constructors, machine, peak_allocated_bytes, table,  # noqa: E402
                     time_fwd_bwd, time_fwd_bwd_cuda)
+import warm_jit  # noqa: E402
 
 from seastar_layers.compat import import_dgl  # noqa: E402
 from data import DEFAULT_ROOT, DataUnavailable, generated_graph, load_dataset  # noqa: E402  (examples/, via common)
@@ -277,11 +282,32 @@ def main():
             record["targets"] = targets(rows)
             _write(args.out, record)
         del ei, dgl_graph
+    record["warm_jit"] = warm_jit_hit(device)
+    record["targets"] = targets(rows) + [record["warm_jit"]["verdict"]]
+    _write(args.out, record)
     print(table(rows, ["dataset", "layer", "impl", "fwd+bwd ms", "time / seastar", "peak MB", "peak / seastar",
                        "first call s", "check"]))
     for line in record["targets"]:
         print(line)
     print(f"wrote {_write(args.out, record)}")
+
+
+def warm_jit_hit(device: torch.device) -> dict:
+    """A custom program's first call in fresh processes that find its kernels in the disk cache
+    (benchmarks/warm_jit.py), the best of three, against issue 7's target."""
+    target_ms = warm_jit.WARM_HIT_TARGET_SECONDS * 1e3
+    with tempfile.TemporaryDirectory() as directory:
+        try:
+            _, warm = warm_jit.fresh_processes(Path(directory), device.type)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            return {"error": str(e)[-2000:], "verdict": f"warm JIT hit in a fresh process: ERROR ({str(e)[-300:]})"}
+    hit_ms = warm_jit.warm_hit_seconds(warm) * 1e3
+    best = min(warm, key=lambda r: r["first"] - r["second"])
+    verdict = (f"warm JIT hit in a fresh process: {hit_ms:.1f} ms (first call {best['first'] * 1e3:.1f} ms, second "
+               f"{best['second'] * 1e3:.1f} ms; target <= {target_ms:g} ms: "
+               f"{'DRY RUN, not judged' if DRY_RUN else 'MET' if hit_ms <= target_ms else 'NOT MET'})")
+    print(verdict, flush=True)
+    return {"hit_ms": hit_ms, "reports": warm, "target_ms": target_ms, "verdict": verdict}
 
 
 def _write(path: Path, record: dict) -> Path:
