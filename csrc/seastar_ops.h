@@ -23,7 +23,6 @@
 #include <list>
 #include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <unordered_map>
@@ -134,12 +133,10 @@ inline at::ScalarType compute_dtype(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
 }
 
-template <typename T>
-std::string str(const T& value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
+// An index or count as text, without iostreams: GraphCheck builds its messages for CUDA tensors before
+// any check fails, and a stream formats numbers through std::locale, which one process may hold twice
+// (setup.py: check_one_libstdcxx)
+inline std::string str(int64_t value) { return std::to_string(value); }
 
 // The position of the first of n indices outside [0, bound), or -1. A branch-free parallel pass
 // (memory speed) finds whether there is one; only then a second pass names it.
