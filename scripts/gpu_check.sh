@@ -13,9 +13,10 @@
 #   tests-*.xml     JUnit XML of each test shard
 #   gpu.json        the benchmark's results
 #
-# Within 9.5 minutes on one H200 with 16 cores (under a 10-minute command limit): every step has a time budget (`timeout`), so a hang
-# cannot eat the machine's lease, and a failing step does not stop the next. SEASTAR_GPU_CHECK_SECONDS
-# sets a shorter deadline for the whole run, where less of a lease is left. Planetoid's raw files
+# Within 9.5 minutes on one H200 with 16 cores (under a 10-minute command limit): every step has a
+# time budget (`timeout`), so a hang cannot eat the machine's lease, and a failing step does not stop
+# the next. SEASTAR_GPU_CHECK_SECONDS sets a shorter deadline for the whole run, where less of a
+# lease is left. Planetoid's raw files
 # are looked for in $SEASTAR_PLANETOID_RAW, then ./data/planetoid (an ignored folder a run can
 # carry), then ../shared/data/planetoid; without them the benchmark runs the generated Reddit-scale
 # graph only and says so (nothing is downloaded).
@@ -214,7 +215,7 @@ step environment "$ENV_BUDGET" print_environment                 # ~5 s
 step build "$BUILD_BUDGET" build_in_place                          # 3-4 min cold
 step tests "$TEST_BUDGET" run_test_shards                          # ~1-2 min
 step test-summary "$SUMMARY_BUDGET" summarise_tests                # ~1 s
-step benchmark rest run_benchmark                                  # ~2-2.5 min
+step benchmark rest run_benchmark                                  # ~2.5-3 min
 
 printf '[%s]\n' "$(IFS=,; echo "${STEPS[*]}")" > "$OUT/steps.json"
 echo
