@@ -73,6 +73,11 @@ def fresh_processes(directory: Path, device: str, runs: int = 3) -> tuple[dict, 
     return cold, [one() for _ in range(runs)]
 
 
-def warm_hit_seconds(reports: list[dict]) -> float:
-    """The best of the fresh processes' hits: the machine may be busy with something else."""
-    return min(r["first"] - r["second"] for r in reports)
+def hit_seconds(report: dict) -> float:
+    """What the warm hit cost one fresh process: its first call less its second."""
+    return report["first"] - report["second"]
+
+
+def fastest(reports: list[dict]) -> dict:
+    """The fresh process with the cheapest hit: the machine may be busy with something else."""
+    return min(reports, key=hit_seconds)

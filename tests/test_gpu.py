@@ -587,5 +587,5 @@ def test_warm_jit_hit_in_a_fresh_process(tmp_path):
     for report in warm:
         assert report["builds"] == 0, "the fresh process compiled the kernel again: the disk cache missed"
         assert report["checksum"] == cold["checksum"] and report["same_twice"], (cold, report)
-    print(f"warm JIT hit in a fresh process: {warm_jit.warm_hit_seconds(warm) * 1e3:.1f} ms (not judged here: "
+    print(f"warm JIT hit in a fresh process: {warm_jit.hit_seconds(warm_jit.fastest(warm)) * 1e3:.1f} ms (not judged here: "
           "bench_gpu.py times it)")
