@@ -159,13 +159,32 @@ def test_special_values_as_torch(op):
             float(expected), nan_ok=True)
 
 
+def _neighbours(points, dtype, count: int = 2000) -> torch.Tensor:
+    """The `count` floats of `dtype` on either side of each point, the point included."""
+    found = []
+    for direction in (math.inf, -math.inf):
+        x = torch.tensor(points, dtype=dtype)
+        toward = torch.full_like(x, direction)
+        for _ in range(count):
+            found.append(x)
+            x = torch.nextafter(x, toward)
+    return torch.cat(found)
+
+
+# where exp's result leaves the normal numbers, reaches 0 and overflows (float32, float64)
+EXP_ENDS = {"float32": (-87.3365478515625, -103.97208, 88.72283935546875, 0.0),
+            "float64": (-708.3964185322641, -745.1332191019412, 709.782712893384, 0.0)}
+
+
 @pytest.mark.parametrize("dtype,low,high,ulps", [("float32", -110.0, 95.0, 1), ("float64", -750.0, 712.0, 2)])
 def test_exp_is_accurate_across_its_whole_range(dtype, low, high, ulps):
     """The CPU dialect's exp (codegen/cpu.py: a polynomial its simd loops vectorise) against exp in
     higher precision, within `ulps` units in the last place of the result, from underflow through
-    the subnormals to overflow."""
+    the subnormals to overflow, and float by float where the result turns subnormal, 0 or inf
+    (the scaling by 2^n there has no branch of its own)."""
     torch_dtype = getattr(torch, dtype)
-    x = torch.linspace(low, high, 40001, dtype=torch.float64).to(torch_dtype)
+    x = torch.cat([torch.linspace(low, high, 40001, dtype=torch.float64).to(torch_dtype),
+                   _neighbours(EXP_ENDS[dtype], torch_dtype)])
     compiled, _ = build_op(Op.EXP, shape=(x.numel(),), dtype=dtype)
     loop = Graph.from_edge_index(torch.tensor([[0], [0]]), 1).tensors()
     got = compiled.forward(loop, [x.view(1, -1), torch.ones(1, dtype=torch_dtype)])[0][0]

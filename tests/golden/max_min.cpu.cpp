@@ -30,13 +30,12 @@ static inline float seastar_exp(float x) {
   const float p45 = 1.9875691500e-4f * r + 1.3981999507e-3f;
   const float p = (p23 * r2 + p01) + p45 * r4;
   const float y = p * r2 + r + 1.0f;
-  // 2^k outside the normal range (results near overflow or subnormal): scaled in two steps
-  const bool small = k < -125, big = k > 127;
-  const int32_t kk = small ? k + 25 : (big ? k - 1 : k);
-  const int32_t sb = (kk + 127) << 23;
-  float s; std::memcpy(&s, &sb, 4);
-  const float result = y * s * (small ? 2.98023223876953125e-8f : (big ? 2.0f : 1.0f));
-  return x != x ? x : (x > 88.72283935546875f ? INFINITY : (x < -103.97208f ? 0.0f : result));
+  // 2^k in two factors, each a normal float for every k the clamp allows (-150..128): y * 2^(k/2) is
+  // exact, the second product rounds once, to a subnormal, 0 or inf where exp does (no selects)
+  const int32_t half = k >> 1;
+  const int32_t high = (half + 127) << 23, low = (k - half + 127) << 23;
+  float s1, s2; std::memcpy(&s1, &high, 4); std::memcpy(&s2, &low, 4);
+  return y * s1 * s2;
 }
 static inline double seastar_exp(double x) {
   const double magic = 6755399441055744.0;  // 1.5 * 2^52
@@ -53,12 +52,11 @@ static inline double seastar_exp(double x) {
   const double qx = ((3.00198505138664455042E-6 * rr + 2.52448340349684104192E-3) * rr + 2.27265548208155028766E-1) * rr
                     + 2.00000000000000000009E0;
   const double y = 1.0 + 2.0 * (px / (qx - px));
-  const bool small = k < -1021, big = k > 1023;
-  const int64_t kk = small ? k + 54 : (big ? k - 1 : k);
-  const int64_t sb = (kk + 1023) << 52;
-  double s; std::memcpy(&s, &sb, 8);
-  const double result = y * s * (small ? 5.5511151231257827e-17 : (big ? 2.0 : 1.0));
-  return x != x ? x : (x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result));
+  const int64_t half = k >> 1;  // as for float: 2^k in two normal factors (k is -1076..1025)
+  const int64_t high = (half + 1023) << 52, low = (k - half + 1023) << 52;
+  double s1, s2; std::memcpy(&s1, &high, 8); std::memcpy(&s2, &low, 8);
+  const double result = y * s1 * s2;
+  return x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result);
 }
 
 static const char* last_error = "";
