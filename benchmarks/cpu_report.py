@@ -274,7 +274,8 @@ def plot(results: dict, graphs: dict, args, path) -> None:
     width = len(columns) + overhead
     if not width:
         return
-    fig, axes = plt.subplots(2, width, figsize=(4.2 * width, 7.5), squeeze=False)
+    # one column alone is widened so that the title and the four-entry legend fit in it
+    fig, axes = plt.subplots(2, width, figsize=(max(4.2 * width, 6.8), 7.5), squeeze=False)
     for col, g in enumerate(columns):
         groups = [grp for grp in PLOT_GROUPS if any((m.workload, m.graph, m.layer) == (grp[0], g, grp[1])
                                                     for m in results)]
