@@ -39,7 +39,7 @@ using OptionalTensor = std::optional<at::Tensor>;
 using ProgramResults = std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>>;
 using GatAttention = ProgramResults(at::TensorList, const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                     const OptionalTensor&, const OptionalTensor&, const OptionalTensor&,
-                                    const OptionalTensor&, const OptionalTensor&, bool);
+                                    const OptionalTensor&, const OptionalTensor&, bool, bool);
 using WeightedSum = ProgramResults(at::TensorList, const at::Tensor&, const OptionalTensor&);
 
 template <typename Signature>
@@ -238,8 +238,9 @@ std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, 
   const auto edge_in = a_edge.has_value() ? std::optional<at::Tensor>(cast(*a_edge, dtype)) : std::nullopt;
   const at::Tensor a_src = scores(h_src, att_src);
   const at::Tensor slope = at::scalar_tensor(negative_slope, options);
-  std::vector<at::Tensor> results =
-      std::get<0>(attention.call(graph, a_src, h_src.contiguous(), slope, a_dst, edge_in, mask_in, keep, seed, with_attention));
+  // for_backward: the program's autograd kernel turns it on where it records a backward
+  std::vector<at::Tensor> results = std::get<0>(attention.call(graph, a_src, h_src.contiguous(), slope, a_dst, edge_in,
+                                                               mask_in, keep, seed, with_attention, false));
   if (keep.has_value()) {
     const double scale = dropout < 1 ? 1.0 / (1 - dropout) : 0.0;  // as programs.kept_scale
     for (at::Tensor& r : results) r = r * scale;

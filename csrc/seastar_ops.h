@@ -101,6 +101,7 @@ struct Family {
   const Variant* cuda;
   int num_cuda;
   int seed;                      // the seed argument's index (not an option: it selects no variant), or -1
+  int for_backward;              // the index of the switch for_backward among the switches, or -1
 };
 
 using Arguments = std::vector<const at::Tensor*>;  // null: an optional argument not given
@@ -748,14 +749,19 @@ class OpBackward : public torch::autograd::Node {
   std::vector<torch::autograd::SavedVariable> graph_, args_, saved_;
 };
 
+// A family with the switch for_backward has variants whose forward also computes what their backward
+// would sweep the edges for (passes/precompute.py). This kernel knows whether it records a backward
+// and turns the switch on where it does; a caller that calls <op>_backward itself passes it.
 inline OpResults with_autograd(const Family& family, ForwardCall forward, BackwardCall backward, at::TensorList graph,
-                               const OptionalTensors& args, const Switches& switches) {
+                               const OptionalTensors& args, Switches switches) {
+  const bool recorded = torch::autograd::compute_requires_grad(args);
+  if (recorded && family.for_backward >= 0) switches[family.for_backward] = true;
   OpResults out;
   {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     out = forward(graph, args, switches);
   }
-  if (!torch::autograd::compute_requires_grad(args)) return out;
+  if (!recorded) return out;
   auto& [results, saved] = out;
   auto node = make_node<OpBackward>(family, backward, graph, args, switches, saved);
   std::vector<at::Tensor> given;  // one edge per argument given: the backward returns a gradient for each

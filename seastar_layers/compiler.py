@@ -21,6 +21,7 @@ from .passes.autodiff import Backward, autodiff, saved_key
 from .passes.canonicalize import canonicalize
 from .passes.factor import factor_reductions
 from .passes.hoist import hoist_params
+from .passes.precompute import move_to_forward, pull_row_factors
 from .passes.schedule import Schedule, schedule
 from .passes.softmax import stabilise_softmax
 from .runtime import config, jit, library, prebuilt, toolchain
@@ -53,6 +54,7 @@ class Compilation:
     backward: Backward | None = None
     schedules: dict[str, Schedule] | None = None  # "forward", "backward"
     pins: tuple = ()  # ((symbol, size), ...) per fast path: kernels with those sizes as constants
+    for_backward: bool = False  # a backward follows: the forward also sums what it would sweep for
     source: str | None = None  # with PREFIX_PLACEHOLDER where the entry points' prefix goes
 
     def programs(self) -> dict[str, Program]:
@@ -78,6 +80,13 @@ def _hoist(c: Compilation) -> Compilation:
     return replace(c, program=program, prelude=prelude)
 
 
+def _precompute(c: Compilation) -> Compilation:
+    if not c.for_backward:  # inference: the forward sums nothing it does not return
+        return c
+    program, backward = move_to_forward(c.program, replace(c.backward, program=pull_row_factors(c.backward.program)))
+    return replace(c, program=program, backward=backward)
+
+
 def _plan_saves(c: Compilation) -> Compilation:
     """The forward also outputs what the backward reads instead of recomputing (aggregation results)."""
     saved = tuple((saved_key(c.program, i), i) for i in c.backward.saved)
@@ -100,6 +109,7 @@ PIPELINE = (
     Stage("autodiff", lambda c: replace(c, backward=autodiff(c.program)), lambda c: str(c.backward.program)),
     Stage("factor_reductions", lambda c: replace(c, backward=replace(c.backward, program=factor_reductions(
         c.backward.program))), lambda c: str(c.backward.program)),
+    Stage("precompute", _precompute, lambda c: f"{c.program}\n  -- backward --\n{c.backward.program}"),
     Stage("save_planning", _plan_saves, _show_saves),
     Stage("schedule", lambda c: replace(c, schedules={"forward": schedule(c.program),
                                                       "backward": schedule(c.backward.program)}),
@@ -110,8 +120,9 @@ PIPELINE = (
 )
 
 
-def run_pipeline(program: Program, target: str, dtype: str, pins: tuple = ()) -> Compilation:
-    c = Compilation(program, target, dtype, pins=pins)
+def run_pipeline(program: Program, target: str, dtype: str, pins: tuple = (), for_backward: bool = False
+                 ) -> Compilation:
+    c = Compilation(program, target, dtype, pins=pins, for_backward=for_backward)
     verify(program, "frontend")
     _debug("frontend", program)
     for stage in PIPELINE:
@@ -140,19 +151,19 @@ class Generated:
 
 
 def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, target: str = "cpu",
-             pins: tuple = ()) -> Generated:
+             pins: tuple = (), for_backward: bool = False) -> Generated:
     """The whole pipeline up to the source, for one specialisation."""
     lowered = lower(fn, specs)
-    c = run_pipeline(lowered.program, target, SUPPORTED_DTYPES[dtype], pins)
+    c = run_pipeline(lowered.program, target, SUPPORTED_DTYPES[dtype], pins, for_backward)
     key = "p" + hashlib.sha256(c.source.encode()).hexdigest()[:20] + "_"
     return Generated(key, c.source.replace(PREFIX_PLACEHOLDER, key), c.schedules["forward"],
                      c.schedules["backward"], lowered, c.prelude)
 
 
 def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, tools: toolchain.Toolchain,
-          pins: tuple = ()) -> tuple[Specialisation, list]:
+          pins: tuple = (), for_backward: bool = False) -> tuple[Specialisation, list]:
     """Generate, then bind to the prebuilt extension or a JIT-built library; returns the facts read."""
-    g = generate(fn, specs, dtype, tools.target, pins)
+    g = generate(fn, specs, dtype, tools.target, pins, for_backward)
     lib = prebuilt.lookup(g.key) if tools.backend == "cpu" else None
     if lib is None:
         if not config.jit_enabled():
@@ -182,23 +193,24 @@ class _SpecialisationCache:
         # held while building too: threads making the same first call wait for one build, not race it
         self._lock = threading.RLock()
 
-    def get(self, fn, specs, dtype, tools: toolchain.Toolchain, pins: tuple = ()) -> Specialisation:
+    def get(self, fn, specs, dtype, tools: toolchain.Toolchain, pins: tuple = (), for_backward: bool = False
+            ) -> Specialisation:
         with self._lock:
-            return self._get(fn, specs, dtype, tools, pins)
+            return self._get(fn, specs, dtype, tools, (pins, for_backward))
 
-    def _get(self, fn, specs, dtype, tools: toolchain.Toolchain, pins: tuple) -> Specialisation:
+    def _get(self, fn, specs, dtype, tools: toolchain.Toolchain, options: tuple) -> Specialisation:
         code = fn.__code__
         paths = self._paths.get(code, ())
         try:
             facts = tuple(signature_of(resolve_path(fn, p)) for p in paths)
         except (AttributeError, KeyError, ValueError):
             facts = None
-        key = (code, tuple(sorted((n, s.shape, s.dtype) for n, s in specs.items())), dtype, tools, pins, facts)
+        key = (code, tuple(sorted((n, s.shape, s.dtype) for n, s in specs.items())), dtype, tools, options, facts)
         spec = self._entries.get(key) if facts is not None else None
         if spec is not None:
             self._entries.move_to_end(key)
             return spec
-        spec, new_facts = build(fn, specs, dtype, tools, pins)
+        spec, new_facts = build(fn, specs, dtype, tools, *options)
         self._paths[code] = tuple(p for p, _ in new_facts)
         key = key[:5] + (tuple(sig for _, sig in new_facts),)
         self._entries[key] = spec
@@ -225,10 +237,14 @@ def _resolve_graph(graph, size, spec: "Specialisation", features: dict) -> Graph
 class CompiledProgram:
     """A vertex program; call it as ``prog(graph, size=None, **features)``."""
 
-    def __init__(self, fn, generic_shapes: bool = False, shapes: dict | None = None, fast_sizes=()):
+    def __init__(self, fn, generic_shapes: bool = False, shapes: dict | None = None, fast_sizes=(),
+                 for_backward: bool | None = None):
         if not callable(fn) or not hasattr(fn, "__code__"):
             raise CompileError(f"sl.compile expects a Python function, got {type(fn).__name__}")
         self.fn = fn
+        # None: each call picks (a backward follows where autograd records the call); the layers'
+        # prebuilt variants fix it
+        self.for_backward = for_backward
         self.generic_shapes = generic_shapes or shapes is not None
         self.shapes = shapes
         self.pins = _pins(shapes, fast_sizes)
@@ -244,8 +260,9 @@ class CompiledProgram:
         return (shape_pattern(specs) if self.generic_shapes else specs), dtype
 
     def generate(self, features: dict[str, torch.Tensor], target: str = "cpu") -> Generated:
-        """The generated source for these features, compiling nothing (setup.py prebuilds with it)."""
-        return generate(self.fn, *self.specs(features), target, self.pins)
+        """The generated source for these features, compiling nothing (setup.py prebuilds with it);
+        without a backward to follow unless the program was compiled for_backward=True."""
+        return generate(self.fn, *self.specs(features), target, self.pins, bool(self.for_backward))
 
     def source(self, target: str = "cpu", **features) -> str:
         """The source generated for these features (shapes and dtype are what matter) and target
@@ -260,8 +277,11 @@ class CompiledProgram:
     def specialise(self, features: dict[str, torch.Tensor], tools: toolchain.Toolchain = toolchain.CPU
                    ) -> Specialisation:
         specs, dtype = self.specs(features)
+        for_backward = self.for_backward
+        if for_backward is None:  # as autograd decides whether to record the op's node
+            for_backward = torch.is_grad_enabled() and any(t.requires_grad for t in features.values())
         try:
-            return _CACHE.get(self.fn, specs, dtype, tools, self.pins)
+            return _CACHE.get(self.fn, specs, dtype, tools, self.pins, for_backward)
         except CompileError as e:
             raise e.with_traceback(None) from None  # the user's line is in the message; drop compiler frames
 
@@ -288,7 +308,7 @@ class CompiledProgram:
 
 
 def compile(fn=None, *, generic_shapes: bool = False, shapes: dict | None = None,  # noqa: A001 - the public name
-            fast_sizes=()):
+            fast_sizes=(), for_backward: bool | None = None):
     """Compile a vertex function ``def f(v): ...`` into a fused kernel with its backward.
 
     Parsing and compilation happen on the first call, specialised on the shapes and dtype of the
@@ -301,10 +321,13 @@ def compile(fn=None, *, generic_shapes: bool = False, shapes: dict | None = None
     ``fast_sizes`` (with ``shapes``) lists common sizes by name, e.g. ``[{"heads": 8, "channels": 8}]``:
     each also gets kernels with those sizes as constants, which the entry runs when the sizes match
     (the C++ compiler then unrolls the loops over them and keeps their accumulators in registers).
+    A call that autograd records (grad enabled, a feature requiring grad) runs a forward that also
+    sums what its backward would otherwise sweep the edges again for (see passes/precompute.py);
+    other calls run one that computes only the results. ``for_backward`` fixes the choice.
     """
     if fn is None:
-        return lambda f: CompiledProgram(f, generic_shapes, shapes, fast_sizes)
-    return CompiledProgram(fn, generic_shapes, shapes, fast_sizes)
+        return lambda f: CompiledProgram(f, generic_shapes, shapes, fast_sizes, for_backward)
+    return CompiledProgram(fn, generic_shapes, shapes, fast_sizes, for_backward)
 
 
 def shape_pattern(specs: dict[str, FeatureSpec]) -> dict[str, FeatureSpec]:

@@ -7,6 +7,7 @@ from seastar_layers.passes.autodiff import adjoint_key, autodiff, gradient_key
 from seastar_layers.passes.canonicalize import canonicalize
 from seastar_layers.passes.factor import factor_reductions
 from seastar_layers.passes.hoist import hoist_params
+from seastar_layers.passes.precompute import move_to_forward, pull_row_factors
 from seastar_layers.passes.schedule import schedule
 from seastar_layers.passes.softmax import stabilise_softmax
 
@@ -202,6 +203,68 @@ def test_gat_layers_compute_no_gradient_for_the_slope():
              "a_edge": torch.randn(4, 2, 1)}
     outputs = {key.name for key, _ in prog.generate(feats).backward.program.outputs}
     assert outputs == {"a_src", "x", "a_dst", "a_edge"}
+
+
+# --- precompute --------------------------------------------------------------------------------
+def dst_sums(prog: Program) -> list[int]:
+    return [i for i, n in enumerate(prog.nodes) if n.op is Op.AGG_SUM and n.attr("to") == "dst"]
+
+
+def precomputed(fwd: Program):
+    """The forward and backward after every pass up to save planning (as the pipeline runs them)."""
+    bwd = autodiff(fwd)
+    bwd = type(bwd)(factor_reductions(bwd.program), bwd.saved)
+    bwd = type(bwd)(pull_row_factors(bwd.program), bwd.saved)
+    return move_to_forward(fwd, bwd)
+
+
+def test_gat_backward_sums_no_destination_edges():
+    """d a_dst = g_v . sum_e f'_e h_u + D_v * sum_e f'_e with g_v and D_v the same on every edge of v:
+    both sums read forward values alone, so the forward sums them (sharing its exps) and saves them,
+    and the backward's one edge sweep is over the sources."""
+    fwd = canonicalize(stabilise_softmax(gat(Builder())))
+    before = autodiff(fwd)
+    assert dst_sums(before.program)
+    forward, backward = precomputed(fwd)
+    verify(forward, "precompute (forward)")
+    verify(backward.program, "precompute (backward)")
+    assert not dst_sums(backward.program)
+    assert [key for key, _ in backward.program.outputs] == [key for key, _ in before.program.outputs]
+    # the new sums are the forward's, over its own exps: one exp node in all
+    new = [i for i in backward.saved if i not in before.saved]
+    assert new and all(forward.nodes[i].op is Op.AGG_SUM for i in new)
+    assert [n.op for n in forward.nodes].count(Op.EXP) == 1
+    # the forward stays one dst kernel of as many loops (which sum the new values too); the backward
+    # is row work then one src sweep
+    def loops(prog: Program, saved) -> list[int]:
+        saves = tuple((BufferKey(Role.SAVED, str(i), prog.nodes[i].space), i) for i in saved)
+        (kernel,) = schedule(Program(prog.nodes, prog.outputs + saves)).kernels
+        assert kernel.direction is Space.DST
+        return [len(loop.aggs) for loop in kernel.loops]
+
+    grown = [after - was for after, was in zip(loops(forward, backward.saved), loops(fwd, before.saved), strict=True)]
+    assert sum(grown) == len(new)
+    bwd_sched = schedule(backward.program)
+    assert [k.direction for k in bwd_sched.kernels if k.loops] == [Space.SRC]
+
+
+def test_edge_adjoints_keep_their_destination_sweep():
+    """With the attention weights returned per edge their adjoint differs on each edge: the sums that
+    read it stay in the backward."""
+    b = Builder()
+    a_src, a_dst = feature(b, "a_src", Space.SRC, (2, 1)), feature(b, "a_dst", Space.DST, (2, 1))
+    h = feature(b, "h", Space.SRC, (2, 3))
+    weight = b.emit(Op.EXP, (b.add(a_src, a_dst),))
+    out = b.aggregate(Op.AGG_SUM, b.mul(weight, h), Space.DST)
+    fwd = b.program([(OUT, out), (BufferKey(Role.OUTPUT, "out1", Space.EDGE), weight)])
+    forward, backward = precomputed(fwd)
+    adjoint = {i for i, n in backward.program.inputs() if n.attr("key").role is Role.ADJOINT
+               and n.space is Space.EDGE}
+
+    def reads(i: int, j: int) -> bool:
+        return i == j or any(reads(a, j) for a in backward.program.nodes[i].args)
+
+    assert any(reads(i, a) for i in dst_sums(backward.program) for a in adjoint)
 
 
 # --- scheduling --------------------------------------------------------------------------------

@@ -94,10 +94,28 @@ def test_softmax_is_stable_in_float32():
 
 
 def test_softmax_saves_only_row_statistics():
-    spec, _, _ = sl.compile(gat_zip).prepare(EI, **GAT_INPUTS)
+    with torch.no_grad():
+        spec, _, _ = sl.compile(gat_zip).prepare(EI, **GAT_INPUTS)
     saved = spec.op.saved
     assert len(saved) == 2  # the row max and the row sum, (N, H, 1) each; edge values are recomputed
     assert all(b.role is Role.SAVED and b.rows is Space.DST and b.shape == (2, 1) for b in saved)
+
+
+def test_a_call_that_autograd_records_runs_the_forward_that_sums_for_its_backward():
+    """Where a backward follows, the forward also sums what the backward would sweep the
+    destinations' edges for (d er's sums, passes/precompute.py) and saves them, rows only; the
+    results are the same bits as the forward's without them."""
+    prog = sl.compile(gat_zip)
+    with torch.no_grad():
+        plain, _, _ = prog.prepare(EI, **GAT_INPUTS)
+        plain_out = prog(EI, **GAT_INPUTS)
+    recorded, _, _ = prog.prepare(EI, **GAT_INPUTS)
+    assert recorded.op is not plain.op
+    assert len(recorded.op.saved) > len(plain.op.saved)
+    assert all(b.rows is Space.DST for b in recorded.op.saved)
+    assert torch.equal(prog(EI, **GAT_INPUTS), plain_out)
+    detached = {n: t.detach() for n, t in GAT_INPUTS.items()}  # nothing to record: the plain forward
+    assert prog.prepare(EI, **detached)[0].op is plain.op
 
 
 def test_cache_hits_in_memory_and_new_shapes_build():

@@ -10,7 +10,7 @@ import torch
 from helpers import random_graph
 
 import seastar_layers as sl
-from seastar_layers.codegen.torch_entry import variant_key
+from seastar_layers.codegen.torch_entry import FOR_BACKWARD, variant_key
 from seastar_layers.runtime import library
 from seastar_layers.graph import csr_layouts
 from seastar_layers.nn.programs import FAMILIES, GAT_ATTENTION, WEIGHTED_SUM
@@ -55,19 +55,35 @@ def test_every_variant_equals_its_program(family):
     gradients equal the program's through the compiler's path, for every specialisation compiled
     into the extension (every option and switch, in every dtype) and several sizes each."""
     for k, (options, dtype, program, features) in enumerate(family.variants()):
+        if FOR_BACKWARD in options:
+            continue  # the autograd kernel turns it on: the calls below that record a backward run these
         for sizes in SIZES:
             tensors = random_inputs(family, features, k, sizes, options)
             tensors.pop("seed", None)  # each path draws one from torch's generator: seeded alike below
             tensors = {n: t.requires_grad_() for n, t in tensors.items()}
             feats = {n: t for n, t in tensors.items() if family.is_feature(n)}
             switches = {s: True for s in family.switches if s in options}
+
+            def program(for_backward: bool):
+                recorded = {FOR_BACKWARD: for_backward} if FOR_BACKWARD in family.switches else {}
+                return family.build(**{flag: feature in options for feature, flag in family.optional}, **switches,
+                                    **recorded, **{p: tensors[p] for p in family.params},
+                                    **{p: tensors.get(p) for p in family.optional_params})
+
+            def results(outputs):
+                return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+
+            with torch.no_grad():  # nothing recorded: the variant without the backward's sums
+                torch.manual_seed(k)
+                ours = family(GRAPH, **tensors, **switches)
+                torch.manual_seed(k)
+                theirs = results(program(False)(GRAPH, **feats))
+            for got, want in zip(ours, theirs, strict=True):
+                torch.testing.assert_close(got, want, **tolerance(dtype))
             torch.manual_seed(k)
             ours = family(GRAPH, **tensors, **switches)
             torch.manual_seed(k)
-            theirs = family.build(**{flag: feature in options for feature, flag in family.optional}, **switches,
-                                  **{p: tensors[p] for p in family.params},
-                                  **{p: tensors.get(p) for p in family.optional_params})(GRAPH, **feats)
-            theirs = list(theirs) if isinstance(theirs, tuple) else [theirs]
+            theirs = results(program(True)(GRAPH, **feats))
             assert len(ours) == len(theirs)
             for got, want in zip(ours, theirs):
                 torch.testing.assert_close(got, want, **tolerance(dtype))
@@ -534,6 +550,24 @@ def call_gat(graph=None, **overrides):
                              args.pop("slope"), **args)
 
 
+def test_a_recorded_call_runs_the_variant_that_sums_for_its_backward():
+    """GAT's autograd kernel turns for_backward on where it records a backward: that forward also saves
+    the destinations' sums its backward would sweep the edges for (d a_dst's); a call under no_grad,
+    or with nothing requiring grad, runs the forward that computes only the results. Results are the
+    same bits either way."""
+    args = gat_args()
+    plain, plain_saved = call_gat(**args)
+    recorded = {n: t.clone().requires_grad_() for n, t in args.items()}
+    results, saved = call_gat(**recorded)
+    assert len(saved) == len(plain_saved) + 2  # sum_e f'_e x_u and sum_e f'_e, f' = leaky'(s_e) exp(s_e - max)
+    assert torch.equal(results[0], plain[0])
+    with torch.no_grad():
+        assert len(call_gat(**recorded)[1]) == len(plain_saved)
+    assert len(call_gat(**args, for_backward=True)[1]) == len(saved)  # for callers of the backward op
+    # without the destinations' scores the backward sums nothing over them: one kernel serves both
+    assert len(call_gat(**dict(recorded, a_dst=None))[1]) == len(call_gat(**dict(args, a_dst=None))[1])
+
+
 @pytest.mark.parametrize("overrides,error,words", [
     ({"x": torch.randn(N + 1, 2, 5)}, ValueError, ["'x'", "source vertex", "10"]),
     ({"a_dst": torch.randn(N, 3, 1)}, ValueError, ["'a_dst' has heads = 3", "'a_src' has heads = 2", "must agree"]),
@@ -642,8 +676,9 @@ def test_variant_keys_name_dtype_and_options():
 
 
 def test_one_kernel_per_option_and_dtype():
-    """Declared shapes: the extension holds one variant per set of options and dtype (144 in all)."""
-    assert [len(list(f.variants())) for f in FAMILIES] == [128, 8, 8]
+    """Declared shapes: the extension holds one variant per set of options and dtype (272 in all;
+    for_backward doubles GAT's, and those it leaves the same share their kernels)."""
+    assert [len(list(f.variants())) for f in FAMILIES] == [256, 8, 8]
 
 
 def test_torchscript_calls_a_registered_op():
@@ -665,7 +700,8 @@ def test_ops_exist_right_after_import():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "seastar_layers::gat_attention(Tensor[] graph, Tensor a_src, Tensor x, Tensor slope, Tensor? a_dst=None, " \
-           "Tensor? a_edge=None, Tensor? mask=None, Tensor? keep=None, Tensor? seed=None, bool with_attention=False) " \
+           "Tensor? a_edge=None, Tensor? mask=None, Tensor? keep=None, Tensor? seed=None, bool with_attention=False, " \
+           "bool for_backward=False) " \
            "-> (Tensor[], Tensor[])" in result.stdout
     assert result.stdout.count("seastar_layers::") == 6
 

@@ -45,6 +45,9 @@ from ..runtime import library
 from ..runtime.executor import COMPUTE_DTYPE
 
 MAX_RANK = 6  # as csrc/seastar_ops.h: kMaxRank
+# The switch of a family whose variants with it on also compute, in the forward, what the backward would
+# sweep the edges for: the op's autograd kernel turns it on where it records a backward (seastar_ops.h).
+FOR_BACKWARD = "for_backward"
 ROWS = {Space.SRC: "kSrc", Space.DST: "kDst", Space.EDGE: "kEdge", Space.PARAM: "kParam"}
 DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
                torch.bfloat16: "bfloat16"}
@@ -264,7 +267,10 @@ def cpp_arguments(family) -> str:
 
 def render_family(family, tables: dict[str, list[VariantRenderer]]) -> str:
     n = family.name
-    parts = [variant.tables() for renderers in tables.values() for variant in renderers]
+    # variants whose options make no difference to the program (for_backward where the backward sums
+    # nothing the forward could) share its kernels, and so its tables
+    shared = {variant.g.key: variant for renderers in tables.values() for variant in renderers}
+    parts = [variant.tables() for variant in shared.values()]
     for target, renderers in tables.items():
         # const seastar::Variant gat_attention_cpu[] = {
         #   {"float32|a_dst", {...}, {...}, 1, 2, p1234_dims, 2},
@@ -274,21 +280,22 @@ def render_family(family, tables: dict[str, list[VariantRenderer]]) -> str:
     is_feature = ", ".join(cpp_bool(family.is_feature(a)) for a in family.arguments)
     switches = ", ".join(f'"{s}"' for s in family.switches) or "nullptr"
     seed = family.arguments.index("seed") if family.seeded_by else -1
+    for_backward = family.switches.index(FOR_BACKWARD) if FOR_BACKWARD in family.switches else -1
 
     def table(target: str) -> str:
         return f"{n}_{target}, {len(tables[target])}" if tables.get(target) else "nullptr, 0"
 
     # const char* const gat_attention_arguments[] = {"a_src", "x", "slope", "a_dst"};
     # const bool gat_attention_is_feature[] = {true, true, false, true};
-    # const char* const gat_attention_switches[] = {"with_attention"};
+    # const char* const gat_attention_switches[] = {"with_attention", "for_backward"};
     # const seastar::Family gat_attention_family = {"seastar_layers::gat_attention", gat_attention_arguments,
-    #     gat_attention_is_feature, 8, 3, gat_attention_switches, 1, gat_attention_cpu, 64, nullptr, 0, 7};
+    #     gat_attention_is_feature, 8, 3, gat_attention_switches, 2, gat_attention_cpu, 256, nullptr, 0, 7, 1};
     parts.append(f"const char* const {n}_arguments[] = {{{names}}};\n"
                  f"const bool {n}_is_feature[] = {{{is_feature}}};\n"
                  f"const char* const {n}_switches[] = {{{switches}}};\n"
                  f'const seastar::Family {n}_family = {{"seastar_layers::{n}", {n}_arguments, {n}_is_feature, '
                  f"{len(family.arguments)}, {len(family.required + family.params)}, {n}_switches, "
-                 f"{len(family.switches)}, {table('cpu')}, {table('cuda')}, {seed}}};")
+                 f"{len(family.switches)}, {table('cpu')}, {table('cuda')}, {seed}, {for_backward}}};")
     # std::tuple<std::vector<at::Tensor>, std::vector<at::Tensor>> gat_attention(at::TensorList graph, <parameters>) {
     #   return seastar::Call(gat_attention_family, graph, {&a_src, ...}, {with_attention}).forward();
     # }
@@ -341,8 +348,8 @@ def render_registration(compiled: dict[str, list[tuple]]) -> str:
             families.setdefault(family.name, family)
             tables.setdefault(family.name, {}).setdefault(target, []).append(
                 VariantRenderer(family, key, generated, dims))
-    declarations = [line for per_target in tables.values() for renderers in per_target.values()
-                    for variant in renderers for line in variant.declarations()]
+    declarations = list(dict.fromkeys(line for per_target in tables.values() for renderers in per_target.values()
+                                      for variant in renderers for line in variant.declarations()))
     bodies = [render_family(families[name], tables[name]) for name in families]
     # TORCH_LIBRARY(seastar_layers, m) {
     #   m.def("gat_attention(Tensor[] graph, ...) -> (Tensor[], Tensor[])", {at::Tag::pt2_compliant_tag});

@@ -38,7 +38,8 @@ def _declared(names, table: dict) -> dict:
 
 
 def gat_attention(with_dst: bool, with_edge: bool, with_mask: bool, slope: torch.Tensor,
-                  with_attention: bool = False, keep: torch.Tensor | None = None) -> CompiledProgram:
+                  with_attention: bool = False, keep: torch.Tensor | None = None,
+                  for_backward: bool = False) -> CompiledProgram:
     """out_v = sum_e alpha[e] * x[u], alpha[e] = softmax_v(leaky_relu(a_src[u] + a_dst[v] + a_edge[e])) * mask[e].
 
     With `keep` (a 0-d tensor: 1 - the dropout rate) each (edge, head) coefficient is kept with
@@ -47,7 +48,8 @@ def gat_attention(with_dst: bool, with_edge: bool, with_mask: bool, slope: torch
     caller scales the results by 1 / keep, as F.dropout scales what it keeps (outside the
     program, so that keep is only compared with and has no gradient). with_attention also returns
     alpha, one (heads, 1) row per edge in edge order: the attention the libraries return, after
-    dropout and the mask."""
+    dropout and the mask. for_backward: the variant whose forward also sums what the backward needs
+    of the destinations' edges (the op's autograd kernel turns it on where it records a backward)."""
     with_dropout = keep is not None
 
     def gat_attention(v):
@@ -66,7 +68,8 @@ def gat_attention(with_dst: bool, with_edge: bool, with_mask: bool, slope: torch
         return (out, alpha) if with_attention else out
 
     names = ["a_src", "x"] + ["a_dst"] * with_dst + ["a_edge"] * with_edge + ["mask"] * with_mask
-    return compile(gat_attention, shapes=_declared(names, GAT_SHAPES), fast_sizes=GAT_FAST_SIZES)
+    return compile(gat_attention, shapes=_declared(names, GAT_SHAPES), fast_sizes=GAT_FAST_SIZES,
+                   for_backward=for_backward)
 
 
 def kept_scale(keep: float) -> float:
@@ -103,7 +106,7 @@ def appnp_step(with_weight: bool, alpha: torch.Tensor, keep: torch.Tensor) -> Co
 N, E = 3, 4
 GAT_ATTENTION = OpFamily(gat_attention, required=("a_src", "x"), params=("slope",),
                          optional=(("a_dst", "with_dst"), ("a_edge", "with_edge"), ("mask", "with_mask")),
-                         optional_params=("keep",), seeded_by="keep", switches=("with_attention",),
+                         optional_params=("keep",), seeded_by="keep", switches=("with_attention", "for_backward"),
                          example={"a_src": (N, 2, 1), "x": (N, 2, 3), "a_dst": (N, 2, 1), "a_edge": (E, 2, 1),
                                   "mask": (E, 2, 1)})
 WEIGHTED_SUM = OpFamily(weighted_sum, required=("x",), params=(), optional=(("w", "with_weight"),),

@@ -102,45 +102,92 @@ def factor_reductions(prog: Program) -> Program:
 def _factored(prog: Program, b: Builder, remap: dict, agg, r: int, pq: tuple[int, int], kind) -> int:
     """sum_c P * (sum_e f' * Q) + sum_e f(0), for the aggregation `agg` of f(R) (R = node r)."""
     (x,), to, (p, q) = agg.args, Space(agg.attr("to")), pq
-
-    @functools.cache
-    def derivative(i: int) -> int | None:  # d i / d R, None where it is 0
-        if i == r:
-            return b.const(1.0)
-        if kind(i) == "const":
-            return None
-        n = prog.nodes[i]
-        d = [derivative(a) for a in n.args]
-        zero = b.const(0.0)
-        if n.op is Op.ADD:
-            return d[0] if d[1] is None else d[1] if d[0] is None else b.add(d[0], d[1])
-        if n.op is Op.SUB:
-            return d[0] if d[1] is None else b.neg(d[1]) if d[0] is None else b.binary(Op.SUB, d[0], d[1])
-        if n.op is Op.NEG:
-            return b.neg(d[0])
-        if n.op is Op.MUL:
-            return b.mul(d[0], remap[n.args[1]]) if d[1] is None else b.mul(remap[n.args[0]], d[1])
-        if n.op is Op.DIV:
-            return b.binary(Op.DIV, d[0], remap[n.args[1]])
-        assert n.op is Op.WHERE, n.op
-        return b.where(remap[n.args[0]], zero if d[1] is None else d[1], zero if d[2] is None else d[2])
-
-    @functools.cache
-    def at_zero(i: int) -> int:  # i with R = 0
-        if i == r:
-            return b.const(0.0)
-        if kind(i) == "const":
-            return remap[i]
-        n = prog.nodes[i]
-        return b.emit(n.op, tuple(at_zero(a) for a in n.args), **dict(n.attrs))
-
+    split = LinearSplit(prog, x, r, kind)
     reduction = prog.nodes[r]
-    scaled = b.aggregate(Op.AGG_SUM, b.mul(derivative(x), remap[q]), to)
+    scaled = b.aggregate(Op.AGG_SUM, b.mul(split.derivative(b, remap), remap[q]), to)
     # a row without edges sums nothing, whatever P holds there (GAT's 1 / total is inf)
     zero = b.const(0.0)
     terms = b.where(b.binary(Op.NE, scaled, zero), b.mul(remap[p], scaled), zero)
     dot = b.reduce_sum(terms, reduction.attr("axes"), keepdim=True)
-    remainder = at_zero(x)
+    remainder = split.at_zero(b, remap)
     if b.is_const(remainder, 0.0):
         return dot
     return b.add(dot, b.aggregate(Op.AGG_SUM, remainder, to))
+
+
+def linear_split(prog: Program, x: int, r: int) -> "LinearSplit | None":
+    """x as r * f' + f(0) where x is affine in node r (see LinearSplit), else None."""
+    linear, kind = _linear_in(prog, x, r)
+    return LinearSplit(prog, x, r, kind) if linear else None
+
+
+class LinearSplit:
+    """An edge value x that is affine in node r along elementwise paths: x = r * f' + f(0), f' its
+    derivative in r (forward mode, r's elements broadcast as x's) and f(0) the rest, both built
+    into a new program from the copies (`remap`) of the nodes they read."""
+
+    def __init__(self, prog: Program, x: int, r: int, kind):
+        self.prog, self.x, self.r, self.kind = prog, x, r, kind
+
+    def derivative_reads(self) -> set[int]:
+        """The nodes independent of r that f' reads (factors, divisors and conditions on r's paths)."""
+        reads, seen, stack = set(), set(), [self.x]
+        while stack:
+            i = stack.pop()
+            if i in seen or i == self.r or self.kind(i) == "const":
+                continue
+            seen.add(i)
+            n = self.prog.nodes[i]
+            operands = n.args[:1] if n.op is Op.WHERE else n.args
+            reads.update(a for a in operands if self.kind(a) == "const" and n.op is not Op.ADD
+                         and n.op is not Op.SUB and n.op is not Op.NEG)
+            stack.extend(a for a in n.args if self.kind(a) == "linear")
+        return reads
+
+    def derivative(self, b: Builder, remap: dict) -> int:
+        prog, kind, zero = self.prog, self.kind, b.const(0.0)
+
+        @functools.cache
+        def d(i: int) -> int | None:  # d i / d r, None where it is 0
+            if i == self.r:
+                return b.const(1.0)
+            if kind(i) == "const":
+                return None
+            n = prog.nodes[i]
+            da = [d(a) for a in n.args]
+            if n.op is Op.ADD:
+                return da[0] if da[1] is None else da[1] if da[0] is None else b.add(da[0], da[1])
+            if n.op is Op.SUB:
+                return da[0] if da[1] is None else b.neg(da[1]) if da[0] is None else b.binary(Op.SUB, da[0], da[1])
+            if n.op is Op.NEG:
+                return b.neg(da[0])
+            if n.op is Op.MUL:
+                return b.mul(da[0], remap[n.args[1]]) if da[1] is None else b.mul(remap[n.args[0]], da[1])
+            if n.op is Op.DIV:
+                return b.binary(Op.DIV, da[0], remap[n.args[1]])
+            assert n.op is Op.WHERE, n.op
+            return b.where(remap[n.args[0]], zero if da[1] is None else da[1], zero if da[2] is None else da[2])
+
+        found = d(self.x)
+        return zero if found is None else found
+
+    def at_zero(self, b: Builder, remap: dict) -> int:
+        """x with r = 0; products and quotients of 0 are 0 (as the sum they leave is summed with r's
+        part, a non-finite factor there is the caller's to guard)."""
+        prog, kind = self.prog, self.kind
+
+        @functools.cache
+        def z(i: int) -> int:
+            if i == self.r:
+                return b.const(0.0)
+            if kind(i) == "const":
+                return remap[i]
+            n = prog.nodes[i]
+            args = tuple(z(a) for a in n.args)
+            if n.op is Op.MUL and any(b.is_const(a, 0.0) for a in args) or n.op is Op.DIV and b.is_const(args[0], 0.0):
+                return b.const(0.0)
+            if n.op is Op.WHERE and b.is_const(args[1], 0.0) and b.is_const(args[2], 0.0):
+                return b.const(0.0)
+            return b.emit(n.op, args, **dict(n.attrs))
+
+        return z(self.x)

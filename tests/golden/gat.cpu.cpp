@@ -255,7 +255,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
   acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
-  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:41@dst
+  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:37@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -272,11 +272,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       v11[i0] = ((acc_t)1 / v10[i0]);
     }
     acc_t v18[32];
-    acc_t v24[4];
-    acc_t v47[32];
+    acc_t v43[32];
     acc_t acc18[256]; for (int k = 0; k < 32; ++k) acc18[k] = (acc_t)0.0;
-    acc_t acc24[256]; for (int k = 0; k < 32; ++k) acc24[k] = (acc_t)0.0;
-    acc_t acc47[256]; for (int k = 0; k < 32; ++k) acc47[k] = (acc_t)0.0;
+    acc_t acc43[256]; for (int k = 0; k < 32; ++k) acc43[k] = (acc_t)0.0;
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
@@ -287,29 +285,27 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
         for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
       }
       acc_t t9[256];
-      acc_t t33[256];
+      acc_t t30[256];
       #pragma omp simd
       for (int64_t o0 = 0; o0 < 4; ++o0) {
         const acc_t s4 = (v2[o0] + v3[o0]);
         const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
         const acc_t s8 = (s5 + v7[o0]);
         const acc_t s9 = seastar_exp(s8);
-        const acc_t s23 = ((acc_t)0.0 * s9);
-        const bool s29 = (s4 > (acc_t)0.0);
-        const acc_t s31 = (s29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s32 = (v11[o0] * s9);
-        const acc_t s33 = (s32 * s31);
-        acc24[o0] += s23;
+        const bool s26 = (s4 > (acc_t)0.0);
+        const acc_t s28 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+        const acc_t s29 = (v11[o0] * s9);
+        const acc_t s30 = (s29 * s28);
         t9[o0] = s9;
-        t33[o0] = s33;
+        t30[o0] = s30;
       }
       for (int64_t o0 = 0; o0 < 4; ++o0) {
       #pragma omp simd
       for (int64_t k = 0; k < 8; ++k) {
           const acc_t e17 = (t9[o0] * v1[o0 * 8 + k]);
-          const acc_t e46 = (t33[o0] * v1[o0 * 8 + k]);
+          const acc_t e42 = (t30[o0] * v1[o0 * 8 + k]);
           acc18[o0 * (8) + k] += e17;
-          acc47[o0 * (8) + k] += e46;
+          acc43[o0 * (8) + k] += e42;
       }
       }
     }
@@ -317,16 +313,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     #pragma omp simd
     for (int64_t k = 0; k < 8; ++k) {
         v18[o0 * 8 + k] = acc18[o0 * (8) + k];
-        v47[o0 * 8 + k] = acc47[o0 * (8) + k];
+        v43[o0 * 8 + k] = acc43[o0 * (8) + k];
     }
-    }
-    #pragma omp simd
-    for (int64_t o0 = 0; o0 < 4; ++o0) {
-      v24[o0] = acc24[o0];
-    }
-    acc_t v40[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v40[i0] = ((acc_t)0.0 * v11[i0]);
     }
     acc_t v19[32];
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
@@ -347,29 +335,25 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       for (int64_t j1 = 0; j1 < 8; ++j1) total += v21[i0 * 8 + j1];
       v22[i0] = total;
     }
+    acc_t v23[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v23[i0] = (v11[i0] * v11[i0]);
+    }
+    acc_t v24[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v24[i0] = (v22[i0] * v23[i0]);
+    }
     acc_t v25[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v25[i0] = (v22[i0] + v24[i0]);
+      v25[i0] = (-v24[i0]);
     }
-    acc_t v26[4];
+    acc_t v37[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v26[i0] = (v11[i0] * v11[i0]);
+      v37[i0] = ((acc_t)0.0 + v25[i0]);
     }
-    acc_t v27[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v27[i0] = (v25[i0] * v26[i0]);
-    }
-    acc_t v28[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v28[i0] = (-v27[i0]);
-    }
-    acc_t v41[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v41[i0] = (v40[i0] + v28[i0]);
-    }
-    acc_t v52[4];
+    acc_t v48[4];
     for (int64_t c0 = 0; c0 < 4; c0 += 64) {
-      acc_t acc52[64]; for (int k = 0; k < 64; ++k) acc52[k] = (acc_t)0.0;
+      acc_t acc48[64]; for (int k = 0; k < 64; ++k) acc48[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -380,42 +364,42 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
           const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
           const acc_t e8 = (e5 + v7[(c0 + k)]);
           const acc_t e9 = seastar_exp(e8);
-          const bool e29 = (e4 > (acc_t)0.0);
-          const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-          const acc_t e42 = (v41[(c0 + k)] * e9);
-          const acc_t e43 = (e42 * e31);
-          acc52[k] += e43;
+          const bool e26 = (e4 > (acc_t)0.0);
+          const acc_t e28 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t e38 = (v37[(c0 + k)] * e9);
+          const acc_t e39 = (e38 * e28);
+          acc48[k] += e39;
         }
       }
       #pragma omp simd
       for (int k = 0; k < 4; ++k) {
-        v52[(c0 + k)] = acc52[k];
+        v48[(c0 + k)] = acc48[k];
       }
     }
-    acc_t v48[32];
+    acc_t v44[32];
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      v48[i0 * 8 + i1] = (acc_t)(v47[i0 * 8 + i1] != (acc_t)0.0);
+      v44[i0 * 8 + i1] = (acc_t)(v43[i0 * 8 + i1] != (acc_t)0.0);
     }
-    acc_t v49[32];
+    acc_t v45[32];
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      v49[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v47[i0 * 8 + i1]);
+      v45[i0 * 8 + i1] = (v0[i0 * 8 + i1] * v43[i0 * 8 + i1]);
     }
-    acc_t v50[32];
+    acc_t v46[32];
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      v50[i0 * 8 + i1] = (v48[i0 * 8 + i1] != 0 ? v49[i0 * 8 + i1] : (acc_t)0.0);
+      v46[i0 * 8 + i1] = (v44[i0 * 8 + i1] != 0 ? v45[i0 * 8 + i1] : (acc_t)0.0);
     }
-    acc_t v51[4];
+    acc_t v47[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v50[i0 * 8 + j1];
-      v51[i0] = total;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v46[i0 * 8 + j1];
+      v47[i0] = total;
     }
-    acc_t v53[4];
+    acc_t v49[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v53[i0] = (v51[i0] + v52[i0]);
+      v49[i0] = (v47[i0] + v48[i0]);
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      b7[r * 4 + i0] = v53[i0];
+      b7[r * 4 + i0] = v49[i0];
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
       b9[r * 4 + i0] = v7[i0];
@@ -424,7 +408,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       b10[r * 4 + i0] = v11[i0];
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      b11[r * 4 + i0] = v41[i0];
+      b11[r * 4 + i0] = v37[i0];
     }
   }
 }
@@ -444,18 +428,18 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
   acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
-  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:41@dst
+  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:37@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v2 = b2 + r * 4;
     acc_t v14[32];
-    acc_t v35[32];
-    acc_t v44[4];
+    acc_t v32[32];
+    acc_t v40[4];
     acc_t acc14[256]; for (int k = 0; k < 32; ++k) acc14[k] = (acc_t)0.0;
-    acc_t acc35[256]; for (int k = 0; k < 32; ++k) acc35[k] = (acc_t)0.0;
-    acc_t acc44[256]; for (int k = 0; k < 32; ++k) acc44[k] = (acc_t)0.0;
+    acc_t acc32[256]; for (int k = 0; k < 32; ++k) acc32[k] = (acc_t)0.0;
+    acc_t acc40[256]; for (int k = 0; k < 32; ++k) acc40[k] = (acc_t)0.0;
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
@@ -463,13 +447,13 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       const acc_t* v7 = b9 + nbr * 4;
       const acc_t* v11 = b10 + nbr * 4;
       const scalar_t* v0 = b0 + nbr * 32;
-      const acc_t* v41 = b11 + nbr * 4;
+      const acc_t* v37 = b11 + nbr * 4;
       if (j + 16 < end) {
         const auto* ahead = b0 + nbrs[j + 16] * 32;
         for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
       }
       acc_t t12[256];
-      acc_t t33[256];
+      acc_t t30[256];
       #pragma omp simd
       for (int64_t o0 = 0; o0 < 4; ++o0) {
         const acc_t s4 = (v2[o0] + v3[o0]);
@@ -477,23 +461,23 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
         const acc_t s8 = (s5 + v7[o0]);
         const acc_t s9 = seastar_exp(s8);
         const acc_t s12 = (s9 * v11[o0]);
-        const bool s29 = (s4 > (acc_t)0.0);
-        const acc_t s31 = (s29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s32 = (v11[o0] * s9);
-        const acc_t s33 = (s32 * s31);
-        const acc_t s42 = (v41[o0] * s9);
-        const acc_t s43 = (s42 * s31);
-        acc44[o0] += s43;
+        const bool s26 = (s4 > (acc_t)0.0);
+        const acc_t s28 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+        const acc_t s29 = (v11[o0] * s9);
+        const acc_t s30 = (s29 * s28);
+        const acc_t s38 = (v37[o0] * s9);
+        const acc_t s39 = (s38 * s28);
+        acc40[o0] += s39;
         t12[o0] = s12;
-        t33[o0] = s33;
+        t30[o0] = s30;
       }
       for (int64_t o0 = 0; o0 < 4; ++o0) {
       #pragma omp simd
       for (int64_t k = 0; k < 8; ++k) {
           const acc_t e13 = (v0[o0 * 8 + k] * t12[o0]);
-          const acc_t e34 = (t33[o0] * v0[o0 * 8 + k]);
+          const acc_t e31 = (t30[o0] * v0[o0 * 8 + k]);
           acc14[o0 * (8) + k] += e13;
-          acc35[o0 * (8) + k] += e34;
+          acc32[o0 * (8) + k] += e31;
       }
       }
     }
@@ -501,38 +485,38 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     #pragma omp simd
     for (int64_t k = 0; k < 8; ++k) {
         v14[o0 * 8 + k] = acc14[o0 * (8) + k];
-        v35[o0 * 8 + k] = acc35[o0 * (8) + k];
+        v32[o0 * 8 + k] = acc32[o0 * (8) + k];
     }
     }
     #pragma omp simd
     for (int64_t o0 = 0; o0 < 4; ++o0) {
-      v44[o0] = acc44[o0];
+      v40[o0] = acc40[o0];
     }
-    acc_t v36[32];
+    acc_t v33[32];
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      v36[i0 * 8 + i1] = (acc_t)(v35[i0 * 8 + i1] != (acc_t)0.0);
+      v33[i0 * 8 + i1] = (acc_t)(v32[i0 * 8 + i1] != (acc_t)0.0);
     }
     const scalar_t* v1 = b1 + r * 32;
-    acc_t v37[32];
+    acc_t v34[32];
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      v37[i0 * 8 + i1] = (v1[i0 * 8 + i1] * v35[i0 * 8 + i1]);
+      v34[i0 * 8 + i1] = (v1[i0 * 8 + i1] * v32[i0 * 8 + i1]);
     }
-    acc_t v38[32];
+    acc_t v35[32];
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
-      v38[i0 * 8 + i1] = (v36[i0 * 8 + i1] != 0 ? v37[i0 * 8 + i1] : (acc_t)0.0);
+      v35[i0 * 8 + i1] = (v33[i0 * 8 + i1] != 0 ? v34[i0 * 8 + i1] : (acc_t)0.0);
     }
-    acc_t v39[4];
+    acc_t v36[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v38[i0 * 8 + j1];
-      v39[i0] = total;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v35[i0 * 8 + j1];
+      v36[i0] = total;
     }
-    acc_t v45[4];
+    acc_t v41[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v45[i0] = (v39[i0] + v44[i0]);
+      v41[i0] = (v36[i0] + v40[i0]);
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      b6[r * 4 + i0] = v45[i0];
+      b6[r * 4 + i0] = v41[i0];
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
       b8[r * 32 + i0 * 8 + i1] = v14[i0 * 8 + i1];
@@ -552,7 +536,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[8] != sizes[0] * 32) return 9;  // gradient:h@src [4, 8]
   if (numels[9] != sizes[1] * 4) return 10;  // temp:7@dst [4, 1]
   if (numels[10] != sizes[1] * 4) return 11;  // temp:11@dst [4, 1]
-  if (numels[11] != sizes[1] * 4) return 12;  // temp:41@dst [4, 1]
+  if (numels[11] != sizes[1] * 4) return 12;  // temp:37@dst [4, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];

@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
   acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
-  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:41@dst
+  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:37@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -272,10 +272,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       v11[i0] = ((acc_t)1 / v10[i0]);
     }
     acc_t* __restrict__ v18 = scratch + 0;
-    acc_t* __restrict__ v47 = scratch + (32);
+    acc_t* __restrict__ v43 = scratch + (32);
     for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
       acc_t acc18[4]; for (int k = 0; k < 4; ++k) acc18[k] = (acc_t)0.0;
-      acc_t acc47[4]; for (int k = 0; k < 4; ++k) acc47[k] = (acc_t)0.0;
+      acc_t acc43[4]; for (int k = 0; k < 4; ++k) acc43[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -290,13 +290,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
             const acc_t e8 = (e5 + v7[(f / (8))]);
             const acc_t e9 = expf(e8);
             const acc_t e17 = (e9 * v1[f]);
-            const bool e29 = (e4 > (acc_t)0.0);
-            const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e32 = (v11[(f / (8))] * e9);
-            const acc_t e33 = (e32 * e31);
-            const acc_t e46 = (e33 * v1[f]);
+            const bool e26 = (e4 > (acc_t)0.0);
+            const acc_t e28 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e29 = (v11[(f / (8))] * e9);
+            const acc_t e30 = (e29 * e28);
+            const acc_t e42 = (e30 * v1[f]);
             acc18[k] += e17;
-            acc47[k] += e46;
+            acc43[k] += e42;
           }
         }
       }
@@ -305,56 +305,23 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
         const int64_t f = f0 + lane + (int64_t)lanes * k;
         if (f < 32) {
           v18[f] = acc18[k];
-          v47[f] = acc47[k];
+          v43[f] = acc43[k];
         }
       }
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v24 = scratch + (32) + (32);
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
-      acc_t acc24[4]; for (int k = 0; k < 4; ++k) acc24[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v2 = b2 + nbr * 4;
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
-          if (f < 4) {
-            const acc_t e4 = (v2[f] + v3[f]);
-            const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
-            const acc_t e8 = (e5 + v7[f]);
-            const acc_t e9 = expf(e8);
-            const acc_t e23 = ((acc_t)0.0 * e9);
-            acc24[k] += e23;
-          }
-        }
-      }
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
-        if (f < 4) {
-          v24[f] = acc24[k];
-        }
-      }
-    }
-    __syncwarp(group_mask);
-    acc_t v40[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v40[i0] = ((acc_t)0.0 * v11[i0]);
-    }
-    acc_t* __restrict__ v19 = scratch + (32) + (32) + (4);
+    acc_t* __restrict__ v19 = scratch + (32) + (32);
     for (int64_t f = lane; f < 32; f += lanes) {
       v19[f] = (acc_t)(v18[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     const scalar_t* v0 = b0 + r * 32;
-    acc_t* __restrict__ v20 = scratch + (32) + (32) + (4) + (32);
+    acc_t* __restrict__ v20 = scratch + (32) + (32) + (32);
     for (int64_t f = lane; f < 32; f += lanes) {
       v20[f] = (v0[f] * v18[f]);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v21 = scratch + (32) + (32) + (4) + (32) + (32);
+    acc_t* __restrict__ v21 = scratch + (32) + (32) + (32) + (32);
     for (int64_t f = lane; f < 32; f += lanes) {
       v21[f] = (v19[f] != 0 ? v20[f] : (acc_t)0.0);
     }
@@ -365,29 +332,25 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t j1 = 0; j1 < 8; ++j1) total += v21[i0 * 8 + j1];
       v22[i0] = total;
     }
+    acc_t v23[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v23[i0] = (v11[i0] * v11[i0]);
+    }
+    acc_t v24[4];
+    for (int64_t i0 = 0; i0 < 4; ++i0) {
+      v24[i0] = (v22[i0] * v23[i0]);
+    }
     acc_t v25[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v25[i0] = (v22[i0] + v24[i0]);
+      v25[i0] = (-v24[i0]);
     }
-    acc_t v26[4];
+    acc_t v37[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v26[i0] = (v11[i0] * v11[i0]);
+      v37[i0] = ((acc_t)0.0 + v25[i0]);
     }
-    acc_t v27[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v27[i0] = (v25[i0] * v26[i0]);
-    }
-    acc_t v28[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v28[i0] = (-v27[i0]);
-    }
-    acc_t v41[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v41[i0] = (v40[i0] + v28[i0]);
-    }
-    acc_t* __restrict__ v52 = scratch + (32) + (32) + (4) + (32) + (32) + (32);
+    acc_t* __restrict__ v48 = scratch + (32) + (32) + (32) + (32) + (32);
     for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
-      acc_t acc52[4]; for (int k = 0; k < 4; ++k) acc52[k] = (acc_t)0.0;
+      acc_t acc48[4]; for (int k = 0; k < 4; ++k) acc48[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -400,11 +363,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
             const acc_t e8 = (e5 + v7[f]);
             const acc_t e9 = expf(e8);
-            const bool e29 = (e4 > (acc_t)0.0);
-            const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e42 = (v41[f] * e9);
-            const acc_t e43 = (e42 * e31);
-            acc52[k] += e43;
+            const bool e26 = (e4 > (acc_t)0.0);
+            const acc_t e28 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e38 = (v37[f] * e9);
+            const acc_t e39 = (e38 * e28);
+            acc48[k] += e39;
           }
         }
       }
@@ -412,38 +375,38 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int k = 0; k < 4; ++k) {
         const int64_t f = f0 + lane + (int64_t)lanes * k;
         if (f < 4) {
-          v52[f] = acc52[k];
+          v48[f] = acc48[k];
         }
       }
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v48 = scratch + (32) + (32) + (4) + (32) + (32) + (32) + (4);
+    acc_t* __restrict__ v44 = scratch + (32) + (32) + (32) + (32) + (32) + (4);
     for (int64_t f = lane; f < 32; f += lanes) {
-      v48[f] = (acc_t)(v47[f] != (acc_t)0.0);
+      v44[f] = (acc_t)(v43[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v49 = scratch + (32) + (32) + (4) + (32) + (32) + (32) + (4) + (32);
+    acc_t* __restrict__ v45 = scratch + (32) + (32) + (32) + (32) + (32) + (4) + (32);
     for (int64_t f = lane; f < 32; f += lanes) {
-      v49[f] = (v0[f] * v47[f]);
+      v45[f] = (v0[f] * v43[f]);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v50 = scratch + (32) + (32) + (4) + (32) + (32) + (32) + (4) + (32) + (32);
+    acc_t* __restrict__ v46 = scratch + (32) + (32) + (32) + (32) + (32) + (4) + (32) + (32);
     for (int64_t f = lane; f < 32; f += lanes) {
-      v50[f] = (v48[f] != 0 ? v49[f] : (acc_t)0.0);
+      v46[f] = (v44[f] != 0 ? v45[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
-    acc_t v51[4];
+    acc_t v47[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v50[i0 * 8 + j1];
-      v51[i0] = total;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v46[i0 * 8 + j1];
+      v47[i0] = total;
     }
-    acc_t v53[4];
+    acc_t v49[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v53[i0] = (v51[i0] + v52[i0]);
+      v49[i0] = (v47[i0] + v48[i0]);
     }
     for (int64_t f = lane; f < 4; f += lanes) {
-      b7[r * 4 + f] = v53[f];
+      b7[r * 4 + f] = v49[f];
     }
     for (int64_t f = lane; f < 4; f += lanes) {
       b9[r * 4 + f] = v7[f];
@@ -452,7 +415,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       b10[r * 4 + f] = v11[f];
     }
     for (int64_t f = lane; f < 4; f += lanes) {
-      b11[r * 4 + f] = v41[f];
+      b11[r * 4 + f] = v37[f];
     }
     __syncwarp(group_mask);
   }
@@ -473,7 +436,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
   acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
-  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:41@dst
+  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:37@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -490,10 +453,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     (void)begin; (void)end;
     const scalar_t* v2 = b2 + r * 4;
     acc_t* __restrict__ v14 = scratch + 0;
-    acc_t* __restrict__ v35 = scratch + (32);
+    acc_t* __restrict__ v32 = scratch + (32);
     for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
       acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
-      acc_t acc35[4]; for (int k = 0; k < 4; ++k) acc35[k] = (acc_t)0.0;
+      acc_t acc32[4]; for (int k = 0; k < 4; ++k) acc32[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -511,13 +474,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
             const acc_t e9 = expf(e8);
             const acc_t e12 = (e9 * v11[(f / (8))]);
             const acc_t e13 = (v0[f] * e12);
-            const bool e29 = (e4 > (acc_t)0.0);
-            const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e32 = (v11[(f / (8))] * e9);
-            const acc_t e33 = (e32 * e31);
-            const acc_t e34 = (e33 * v0[f]);
+            const bool e26 = (e4 > (acc_t)0.0);
+            const acc_t e28 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e29 = (v11[(f / (8))] * e9);
+            const acc_t e30 = (e29 * e28);
+            const acc_t e31 = (e30 * v0[f]);
             acc14[k] += e13;
-            acc35[k] += e34;
+            acc32[k] += e31;
           }
         }
       }
@@ -526,20 +489,20 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const int64_t f = f0 + lane + (int64_t)lanes * k;
         if (f < 32) {
           v14[f] = acc14[k];
-          v35[f] = acc35[k];
+          v32[f] = acc32[k];
         }
       }
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v44 = scratch + (32) + (32);
+    acc_t* __restrict__ v40 = scratch + (32) + (32);
     for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
-      acc_t acc44[4]; for (int k = 0; k < 4; ++k) acc44[k] = (acc_t)0.0;
+      acc_t acc40[4]; for (int k = 0; k < 4; ++k) acc40[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
         const scalar_t* v3 = b3 + nbr * 4;
         const acc_t* v7 = b9 + nbr * 4;
-        const acc_t* v41 = b11 + nbr * 4;
+        const acc_t* v37 = b11 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int64_t f = f0 + lane + (int64_t)lanes * k;
@@ -548,11 +511,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
             const acc_t e8 = (e5 + v7[f]);
             const acc_t e9 = expf(e8);
-            const bool e29 = (e4 > (acc_t)0.0);
-            const acc_t e31 = (e29 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e42 = (v41[f] * e9);
-            const acc_t e43 = (e42 * e31);
-            acc44[k] += e43;
+            const bool e26 = (e4 > (acc_t)0.0);
+            const acc_t e28 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e38 = (v37[f] * e9);
+            const acc_t e39 = (e38 * e28);
+            acc40[k] += e39;
           }
         }
       }
@@ -560,39 +523,39 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       for (int k = 0; k < 4; ++k) {
         const int64_t f = f0 + lane + (int64_t)lanes * k;
         if (f < 4) {
-          v44[f] = acc44[k];
+          v40[f] = acc40[k];
         }
       }
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v36 = scratch + (32) + (32) + (4);
+    acc_t* __restrict__ v33 = scratch + (32) + (32) + (4);
     for (int64_t f = lane; f < 32; f += lanes) {
-      v36[f] = (acc_t)(v35[f] != (acc_t)0.0);
+      v33[f] = (acc_t)(v32[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     const scalar_t* v1 = b1 + r * 32;
-    acc_t* __restrict__ v37 = scratch + (32) + (32) + (4) + (32);
+    acc_t* __restrict__ v34 = scratch + (32) + (32) + (4) + (32);
     for (int64_t f = lane; f < 32; f += lanes) {
-      v37[f] = (v1[f] * v35[f]);
+      v34[f] = (v1[f] * v32[f]);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v38 = scratch + (32) + (32) + (4) + (32) + (32);
+    acc_t* __restrict__ v35 = scratch + (32) + (32) + (4) + (32) + (32);
     for (int64_t f = lane; f < 32; f += lanes) {
-      v38[f] = (v36[f] != 0 ? v37[f] : (acc_t)0.0);
+      v35[f] = (v33[f] != 0 ? v34[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
-    acc_t v39[4];
+    acc_t v36[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v38[i0 * 8 + j1];
-      v39[i0] = total;
+      for (int64_t j1 = 0; j1 < 8; ++j1) total += v35[i0 * 8 + j1];
+      v36[i0] = total;
     }
-    acc_t v45[4];
+    acc_t v41[4];
     for (int64_t i0 = 0; i0 < 4; ++i0) {
-      v45[i0] = (v39[i0] + v44[i0]);
+      v41[i0] = (v36[i0] + v40[i0]);
     }
     for (int64_t f = lane; f < 4; f += lanes) {
-      b6[r * 4 + f] = v45[f];
+      b6[r * 4 + f] = v41[f];
     }
     for (int64_t f = lane; f < 32; f += lanes) {
       b8[r * 32 + f] = v14[f];
@@ -613,7 +576,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[8] != sizes[0] * 32) return 9;  // gradient:h@src [4, 8]
   if (numels[9] != sizes[1] * 4) return 10;  // temp:7@dst [4, 1]
   if (numels[10] != sizes[1] * 4) return 11;  // temp:11@dst [4, 1]
-  if (numels[11] != sizes[1] * 4) return 12;  // temp:41@dst [4, 1]
+  if (numels[11] != sizes[1] * 4) return 12;  // temp:37@dst [4, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
@@ -628,7 +591,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (32) + (32) + (4) + (32) + (32) + (32) + (4) + (32) + (32) + (32);
+    p.scratch_per_row = (32) + (32) + (32) + (32) + (32) + (4) + (32) + (32) + (32);
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;

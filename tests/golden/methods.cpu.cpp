@@ -302,7 +302,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:48@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:45@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_dst; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -314,9 +314,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       v21[i0] = (-v20[i0]);
     }
     acc_t v38[10];
-    acc_t v44[2];
     acc_t acc38[256]; for (int k = 0; k < 10; ++k) acc38[k] = (acc_t)0.0;
-    acc_t acc44[256]; for (int k = 0; k < 10; ++k) acc44[k] = (acc_t)0.0;
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
@@ -333,8 +331,6 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       for (int64_t o0 = 0; o0 < 2; ++o0) {
         const acc_t s22 = (t19[o0] + v21[o0]);
         const acc_t s23 = seastar_exp(s22);
-        const acc_t s43 = ((acc_t)0.0 * s23);
-        acc44[o0] += s43;
         t23[o0] = s23;
       }
       for (int64_t o0 = 0; o0 < 2; ++o0) {
@@ -351,10 +347,6 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     for (int64_t k = 0; k < 5; ++k) {
         v38[o0 * 5 + k] = acc38[o0 * (5) + k];
     }
-    }
-    #pragma omp simd
-    for (int64_t o0 = 0; o0 < 2; ++o0) {
-      v44[o0] = acc44[o0];
     }
     const scalar_t* v0 = b0 + r * 5;
     acc_t v1[1];
@@ -414,25 +406,21 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       for (int64_t j1 = 0; j1 < 5; ++j1) total += v41[i0 * 5 + j1];
       v42[i0] = total;
     }
+    acc_t v43[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v43[i0] = (v25[i0] * v25[i0]);
+    }
+    acc_t v44[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v44[i0] = (v42[i0] * v43[i0]);
+    }
     acc_t v45[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v45[i0] = (v42[i0] + v44[i0]);
+      v45[i0] = (-v44[i0]);
     }
-    acc_t v46[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v46[i0] = (v25[i0] * v25[i0]);
-    }
-    acc_t v47[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v47[i0] = (v45[i0] * v46[i0]);
-    }
-    acc_t v48[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v48[i0] = (-v47[i0]);
-    }
-    acc_t v56[10];
+    acc_t v53[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v56[i0 * 5 + i1] = (acc_t)0.0;
+      v53[i0 * 5 + i1] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
@@ -456,9 +444,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      acc_t v49[2];
+      acc_t v46[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v49[i0] = (v35[i0] + v48[i0]);
+        v46[i0] = (v35[i0] + v45[i0]);
       }
       acc_t v18[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
@@ -478,28 +466,28 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v23[i0] = seastar_exp(v22[i0]);
       }
-      acc_t v50[2];
+      acc_t v47[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v50[i0] = (v49[i0] * v23[i0]);
+        v47[i0] = (v46[i0] * v23[i0]);
       }
-      acc_t v51[10];
+      acc_t v48[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v51[i0 * 5 + i1] = v50[i0];
+        v48[i0 * 5 + i1] = v47[i0];
       }
-      acc_t v53[10];
+      acc_t v50[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v53[i0 * 5 + i1] = (v51[i0 * 5 + i1] * v15[i0 * 5 + i1]);
+        v50[i0 * 5 + i1] = (v48[i0 * 5 + i1] * v15[i0 * 5 + i1]);
       }
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v56[i0 * 5 + i1] += v53[i0 * 5 + i1];
+        v53[i0 * 5 + i1] += v50[i0 * 5 + i1];
       }
     }
-    acc_t v57[10];
+    acc_t v54[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v57[i0 * 5 + i1] = (v14[i0 * 5 + i1] + v56[i0 * 5 + i1]);
+      v54[i0 * 5 + i1] = (v14[i0 * 5 + i1] + v53[i0 * 5 + i1]);
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      b7[r * 10 + i0 * 5 + i1] = v57[i0 * 5 + i1];
+      b7[r * 10 + i0 * 5 + i1] = v54[i0 * 5 + i1];
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       b8[r * 2 + i0] = v21[i0];
@@ -508,7 +496,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       b9[r * 2 + i0] = v25[i0];
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) {
-      b10[r * 2 + i0] = v48[i0];
+      b10[r * 2 + i0] = v45[i0];
     }
   }
 }
@@ -526,7 +514,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:48@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:45@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -540,9 +528,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
       v29[i0 * 5 + i1] = (acc_t)0.0;
     }
-    acc_t v54[10];
+    acc_t v51[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v54[i0 * 5 + i1] = (acc_t)0.0;
+      v51[i0 * 5 + i1] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
@@ -628,25 +616,25 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      const acc_t* v48 = b10 + nbr * 2;
-      acc_t v49[2];
+      const acc_t* v45 = b10 + nbr * 2;
+      acc_t v46[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v49[i0] = (v35[i0] + v48[i0]);
+        v46[i0] = (v35[i0] + v45[i0]);
       }
-      acc_t v50[2];
+      acc_t v47[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v50[i0] = (v49[i0] * v23[i0]);
+        v47[i0] = (v46[i0] * v23[i0]);
       }
-      acc_t v51[10];
+      acc_t v48[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v51[i0 * 5 + i1] = v50[i0];
+        v48[i0 * 5 + i1] = v47[i0];
       }
-      acc_t v52[10];
+      acc_t v49[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v52[i0 * 5 + i1] = (v51[i0 * 5 + i1] * v5[i0 * 5 + i1]);
+        v49[i0 * 5 + i1] = (v48[i0 * 5 + i1] * v5[i0 * 5 + i1]);
       }
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-        v54[i0 * 5 + i1] += v52[i0 * 5 + i1];
+        v51[i0 * 5 + i1] += v49[i0 * 5 + i1];
       }
     }
     acc_t v31[10];
@@ -665,12 +653,12 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
       v34[i0 * 5 + i1] = (v29[i0 * 5 + i1] * v33[i0 * 5 + i1]);
     }
-    acc_t v55[10];
+    acc_t v52[10];
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      v55[i0 * 5 + i1] = (v34[i0 * 5 + i1] + v54[i0 * 5 + i1]);
+      v52[i0 * 5 + i1] = (v34[i0 * 5 + i1] + v51[i0 * 5 + i1]);
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
-      b6[r * 10 + i0 * 5 + i1] = v55[i0 * 5 + i1];
+      b6[r * 10 + i0 * 5 + i1] = v52[i0 * 5 + i1];
     }
   }
 }
@@ -686,7 +674,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
   if (numels[8] != sizes[1] * 2) return 9;  // temp:21@dst [2, 1]
   if (numels[9] != sizes[1] * 2) return 10;  // temp:25@dst [2, 1]
-  if (numels[10] != sizes[1] * 2) return 11;  // temp:48@dst [2, 1]
+  if (numels[10] != sizes[1] * 2) return 11;  // temp:45@dst [2, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];

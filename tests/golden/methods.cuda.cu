@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:48@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:45@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -337,35 +337,6 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       }
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v44 = scratch + (10);
-    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
-      acc_t acc44[4]; for (int k = 0; k < 4; ++k) acc44[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v15 = b3 + nbr * 10;
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
-          if (f < 2) {
-            acc_t e19 = 0;
-            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[f * 5 + r19_1] * v5[f * 5 + r19_1]);
-            const acc_t e22 = (e19 + v21[f]);
-            const acc_t e23 = expf(e22);
-            const acc_t e43 = ((acc_t)0.0 * e23);
-            acc44[k] += e43;
-          }
-        }
-      }
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
-        if (f < 2) {
-          v44[f] = acc44[k];
-        }
-      }
-    }
-    __syncwarp(group_mask);
     const scalar_t* v0 = b0 + r * 5;
     acc_t v1[1];
     {
@@ -384,25 +355,25 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       v8[i0] = v7[0];
     }
     const acc_t* v9 = v8;
-    acc_t* __restrict__ v10 = scratch + (10) + (2);
+    acc_t* __restrict__ v10 = scratch + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       const int64_t i0 = (f / (5));
       v10[f] = v9[i0];
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v11 = scratch + (10) + (2) + (10);
+    acc_t* __restrict__ v11 = scratch + (10) + (10);
     for (int64_t f = lane; f < 5; f += lanes) {
       v11[f] = (v0[f] * (acc_t)0.5);
     }
     __syncwarp(group_mask);
     const acc_t* v12 = v11;
-    acc_t* __restrict__ v13 = scratch + (10) + (2) + (10) + (5);
+    acc_t* __restrict__ v13 = scratch + (10) + (10) + (5);
     for (int64_t f = lane; f < 10; f += lanes) {
       const int64_t i1 = (f % (5));
       v13[f] = v12[i1];
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v14 = scratch + (10) + (2) + (10) + (5) + (10);
+    acc_t* __restrict__ v14 = scratch + (10) + (10) + (5) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v14[f] = (v10[f] + v13[f]);
     }
@@ -412,17 +383,17 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     for (int64_t i0 = 0; i0 < 2; ++i0) {
       v25[i0] = ((acc_t)1 / v24[i0]);
     }
-    acc_t* __restrict__ v39 = scratch + (10) + (2) + (10) + (5) + (10) + (10);
+    acc_t* __restrict__ v39 = scratch + (10) + (10) + (5) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v39[f] = (acc_t)(v38[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v40 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10);
+    acc_t* __restrict__ v40 = scratch + (10) + (10) + (5) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v40[f] = (v14[f] * v38[f]);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v41 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v41 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
       v41[f] = (v39[f] != 0 ? v40[f] : (acc_t)0.0);
     }
@@ -433,36 +404,32 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t j1 = 0; j1 < 5; ++j1) total += v41[i0 * 5 + j1];
       v42[i0] = total;
     }
+    acc_t v43[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v43[i0] = (v25[i0] * v25[i0]);
+    }
+    acc_t v44[2];
+    for (int64_t i0 = 0; i0 < 2; ++i0) {
+      v44[i0] = (v42[i0] * v43[i0]);
+    }
     acc_t v45[2];
     for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v45[i0] = (v42[i0] + v44[i0]);
+      v45[i0] = (-v44[i0]);
     }
-    acc_t v46[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v46[i0] = (v25[i0] * v25[i0]);
-    }
-    acc_t v47[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v47[i0] = (v45[i0] * v46[i0]);
-    }
-    acc_t v48[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
-      v48[i0] = (-v47[i0]);
-    }
-    acc_t* __restrict__ v56 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v53 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
-      v56[f] = (acc_t)0.0;
+      v53[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
       const scalar_t* v15 = b3 + nbr * 10;
-      acc_t* __restrict__ v16 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v16 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v17 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v17 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v17[f] = (v14[f] * v16[f]);
       }
@@ -477,11 +444,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      acc_t v49[2];
+      acc_t v46[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v49[i0] = (v35[i0] + v48[i0]);
+        v46[i0] = (v35[i0] + v45[i0]);
       }
-      acc_t* __restrict__ v18 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v18 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         v18[f] = (v15[f] * v5[f]);
       }
@@ -500,34 +467,34 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v23[i0] = expf(v22[i0]);
       }
-      acc_t v50[2];
+      acc_t v47[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v50[i0] = (v49[i0] * v23[i0]);
+        v47[i0] = (v46[i0] * v23[i0]);
       }
-      acc_t* __restrict__ v51 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v48 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         const int64_t i0 = (f / (5));
-        v51[f] = v50[i0];
+        v48[f] = v47[i0];
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v53 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v50 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
-        v53[f] = (v51[f] * v15[f]);
+        v50[f] = (v48[f] * v15[f]);
       }
       __syncwarp(group_mask);
       for (int64_t f = lane; f < 10; f += lanes) {
-        v56[f] += v53[f];
+        v53[f] += v50[f];
       }
       __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v57 = scratch + (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v54 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
-      v57[f] = (v14[f] + v56[f]);
+      v54[f] = (v14[f] + v53[f]);
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 10; f += lanes) {
-      b7[r * 10 + f] = v57[f];
+      b7[r * 10 + f] = v54[f];
     }
     for (int64_t f = lane; f < 2; f += lanes) {
       b8[r * 2 + f] = v21[f];
@@ -536,7 +503,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       b9[r * 2 + f] = v25[f];
     }
     for (int64_t f = lane; f < 2; f += lanes) {
-      b10[r * 2 + f] = v48[f];
+      b10[r * 2 + f] = v45[f];
     }
     __syncwarp(group_mask);
   }
@@ -555,7 +522,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:48@dst
+  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:45@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
@@ -580,9 +547,9 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     for (int64_t f = lane; f < 10; f += lanes) {
       v29[f] = (acc_t)0.0;
     }
-    acc_t* __restrict__ v54 = scratch + (10) + (10);
+    acc_t* __restrict__ v51 = scratch + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
-      v54[f] = (acc_t)0.0;
+      v51[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
@@ -678,28 +645,28 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       for (int64_t i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
-      const acc_t* v48 = b10 + nbr * 2;
-      acc_t v49[2];
+      const acc_t* v45 = b10 + nbr * 2;
+      acc_t v46[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v49[i0] = (v35[i0] + v48[i0]);
+        v46[i0] = (v35[i0] + v45[i0]);
       }
-      acc_t v50[2];
+      acc_t v47[2];
       for (int64_t i0 = 0; i0 < 2; ++i0) {
-        v50[i0] = (v49[i0] * v23[i0]);
+        v47[i0] = (v46[i0] * v23[i0]);
       }
-      acc_t* __restrict__ v51 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v48 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
         const int64_t i0 = (f / (5));
-        v51[f] = v50[i0];
+        v48[f] = v47[i0];
       }
       __syncwarp(group_mask);
-      acc_t* __restrict__ v52 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
+      acc_t* __restrict__ v49 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int64_t f = lane; f < 10; f += lanes) {
-        v52[f] = (v51[f] * v5[f]);
+        v49[f] = (v48[f] * v5[f]);
       }
       __syncwarp(group_mask);
       for (int64_t f = lane; f < 10; f += lanes) {
-        v54[f] += v52[f];
+        v51[f] += v49[f];
       }
       __syncwarp(group_mask);
     }
@@ -724,13 +691,13 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       v34[f] = (v29[f] * v33[f]);
     }
     __syncwarp(group_mask);
-    acc_t* __restrict__ v55 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    acc_t* __restrict__ v52 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     for (int64_t f = lane; f < 10; f += lanes) {
-      v55[f] = (v34[f] + v54[f]);
+      v52[f] = (v34[f] + v51[f]);
     }
     __syncwarp(group_mask);
     for (int64_t f = lane; f < 10; f += lanes) {
-      b6[r * 10 + f] = v55[f];
+      b6[r * 10 + f] = v52[f];
     }
     __syncwarp(group_mask);
   }
@@ -747,7 +714,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   if (numels[7] != sizes[1] * 10) return 8;  // gradient:g@dst [2, 5]
   if (numels[8] != sizes[1] * 2) return 9;  // temp:21@dst [2, 1]
   if (numels[9] != sizes[1] * 2) return 10;  // temp:25@dst [2, 1]
-  if (numels[10] != sizes[1] * 2) return 11;  // temp:48@dst [2, 1]
+  if (numels[10] != sizes[1] * 2) return 11;  // temp:45@dst [2, 1]
   backward_params p;
   p.num_src = sizes[0]; p.num_dst = sizes[1]; p.num_edges = sizes[2];
   for (int k = 0; k < 0; ++k) p.dims[k] = dims[k];
@@ -762,7 +729,7 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (10) + (2) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    p.scratch_per_row = (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
