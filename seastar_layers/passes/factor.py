@@ -105,14 +105,20 @@ def _factored(prog: Program, b: Builder, remap: dict, agg, r: int, pq: tuple[int
     split = LinearSplit(prog, x, r, kind)
     reduction = prog.nodes[r]
     scaled = b.aggregate(Op.AGG_SUM, b.mul(split.derivative(b, remap), remap[q]), to)
-    # a row without edges sums nothing, whatever P holds there (GAT's 1 / total is inf)
+    dot = b.reduce_sum(row_times_sum(b, remap[p], scaled), reduction.attr("axes"), keepdim=True)
+    return plus_remainder(b, dot, split.at_zero(b, remap), to)
+
+
+def row_times_sum(b: Builder, row: int, summed: int) -> int:
+    """row * summed, 0 where the edge sum is 0: a row without edges sums nothing, whatever the row
+    value holds there (GAT's 1 / total is inf, a row factor made from it NaN)."""
     zero = b.const(0.0)
-    terms = b.where(b.binary(Op.NE, scaled, zero), b.mul(remap[p], scaled), zero)
-    dot = b.reduce_sum(terms, reduction.attr("axes"), keepdim=True)
-    remainder = split.at_zero(b, remap)
-    if b.is_const(remainder, 0.0):
-        return dot
-    return b.add(dot, b.aggregate(Op.AGG_SUM, remainder, to))
+    return b.where(b.binary(Op.NE, summed, zero), b.mul(row, summed), zero)
+
+
+def plus_remainder(b: Builder, value: int, remainder: int, to: Space) -> int:
+    """value + sum_e f(0) over the edges into `to`, where f(0) is not the constant 0."""
+    return value if b.is_const(remainder, 0.0) else b.add(value, b.aggregate(Op.AGG_SUM, remainder, to))
 
 
 def linear_split(prog: Program, x: int, r: int) -> "LinearSplit | None":
