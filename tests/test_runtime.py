@@ -12,6 +12,8 @@ from helpers import random_graph
 from test_language import edge_features, gat_zip, max_min, mean_agg
 
 import seastar_layers as sl
+from seastar_layers import compiler
+from seastar_layers.codegen import cpu
 from seastar_layers.compiler import PIPELINE
 from seastar_layers.errors import BuildError
 from seastar_layers.ir import Role, Space
@@ -116,6 +118,31 @@ def test_a_call_that_autograd_records_runs_the_forward_that_sums_for_its_backwar
     assert torch.equal(prog(EI, **GAT_INPUTS), plain_out)
     detached = {n: t.detach() for n, t in GAT_INPUTS.items()}  # nothing to record: the plain forward
     assert prog.prepare(EI, **detached)[0].op is plain.op
+
+
+def test_edge_batches_give_the_bits_of_one_edge_at_a_time(monkeypatch):
+    """A whole-row edge loop takes its edges in batches (codegen/cpu.py: EDGE_BATCH), each edge's
+    per-head values first, then its accumulators. Each accumulator still adds its edges in order,
+    so results and gradients are the bits of one edge at a time, on rows of every degree from 0 to
+    past two batches (a batch's tail of every length)."""
+    degrees = torch.arange(2 * cpu.EDGE_BATCH + 3)
+    n = len(degrees)
+    gen = torch.Generator().manual_seed(3)
+    dst = torch.repeat_interleave(torch.arange(n), degrees)
+    graph = torch.stack([torch.randint(0, n, dst.shape, generator=gen), dst])
+    inputs = {name: torch.randn(n, 2, width, generator=gen).requires_grad_()
+              for name, width in (("el", 1), ("er", 1), ("h", 3))}
+    projection = torch.randn(n, 2, 3, generator=gen)
+    results = []
+    for batch in (cpu.EDGE_BATCH, 0):
+        monkeypatch.setattr(cpu, "EDGE_BATCH", batch)
+        monkeypatch.setattr(compiler, "_CACHE", compiler._SpecialisationCache())
+        prog = sl.compile(gat_zip)
+        assert ("j0 += " in prog.generate(inputs).source) == (batch > 0)
+        out = prog(graph, **inputs)
+        results.append([out, *torch.autograd.grad(out, list(inputs.values()), projection)])
+    for batched, one_at_a_time in zip(*results, strict=True):
+        assert torch.equal(batched, one_at_a_time)
 
 
 def test_cache_hits_in_memory_and_new_shapes_build():

@@ -10,6 +10,7 @@ every buffer against the sizes, fills the struct and hands it to the dialect to 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from ..ir import OPS, BufferKey, Kind, Op, Space
 from ..ir.program import size_expr, strides, symbols_of
@@ -31,6 +32,18 @@ def flat_index(shape, coords: list[str], out_rank: int) -> str:
             var = coords[d + offset]
             terms.append(var if stride == 1 else f"{var} * {stride}")
     return " + ".join(terms) or "0"
+
+
+@dataclass
+class EdgeBatch:
+    """A whole-row edge loop's batch (BlockLayout.edge_batch) while it is rendered: the arrays that
+    carry values from its first pass to its second, declared at line `mark` (at `depth`) once the
+    first pass is rendered, and the second pass's definitions of the per-edge scalars."""
+    size: int
+    mark: int = 0
+    depth: int = 0
+    arrays: list[str] = field(default_factory=list)
+    reloads: list[str] = field(default_factory=list)
 
 
 class KernelRenderer:
@@ -423,10 +436,13 @@ class KernelRenderer:
                 self.emit(f"acc_t acc{a} = {start};")
             else:
                 self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {live}; ++k) acc{a}[k] = {start};")
-        outer = self.open_edge_loop()
+        batch = EdgeBatch(layout.edge_batch, len(self.lines), self.depth + 1) if whole_row and layout.edge_batch else None
+        outer = self.open_edge_batch(batch) if batch else self.open_edge_loop()
         reads = self.block_reads(values, loop)
+        first_read = len(self.lines)
         for i in reads:  # buffer rows of this edge; row values are ready already
             self.require(i)
+        last_read = len(self.lines)
         if layout.prefetch is not None:
             self.prefetch_ahead(reads, layout.prefetch, len(shape), layout.prefetch_rows,
                                 layout.prefetch_span, layout.vector_axis)
@@ -440,7 +456,7 @@ class KernelRenderer:
                 per_slot_values = [i for i in values if i in for_slots and i not in once]
                 read = {a for i in per_slot_values for a in self.nodes[i].args}
                 read |= {self.nodes[a].args[0] for a in per_slot}
-                self.render_per_head(per_block, once, [i for i in once if i in read], layout, names)
+                self.render_per_head(per_block, once, [i for i in once if i in read], layout, names, batch)
             else:
                 first_only = []
                 for i in once:
@@ -456,6 +472,20 @@ class KernelRenderer:
                         self.emit(OPS[self.nodes[a].op].update.format(acc=f"acc{a}", x=x))
                     self.depth -= 1
                     self.emit("}")
+        if batch:  # the batch's second pass: each edge's slots, from what the first stored
+            self.drop_unread(first_read, last_read)
+            self.depth -= 1
+            self.emit("}")
+            self.lines[batch.mark:batch.mark] = ["  " * batch.depth + line for line in batch.arrays]
+            self.emit("for (int64_t jb = 0; jb < batch; ++jb) {")
+            self.depth += 1
+            self.emit("const int64_t nbr = nbr_of[jb], eid = eid_of[jb];", "(void)nbr; (void)eid;")
+            self.ready = set(outer)
+            first_read = len(self.lines)
+            for i in reads:
+                self.require(i)
+            last_read = len(self.lines)
+            self.emit(*batch.reloads)
         body = []
         if self.d.split_reductions:  # each per slot into an array, in a slot loop of its own
             for i in values:
@@ -473,8 +503,13 @@ class KernelRenderer:
             x = self.block_operand(self.nodes[a].args[0], layout.slot_coords, layout.slot_flat, names)
             body.append(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{layout.slot_index}]", x=x))
         self.slot_loop(layout, count, size, body)
+        if batch:
+            self.drop_unread(first_read, last_read)
         self.ready = outer
         self.close_edge_loop()
+        if batch:
+            self.depth -= 1
+            self.emit("}")
         index = self.block_index(shape, layout.slot_coords, layout.slot_flat)
         self.slot_loop(layout, count, size, [f"v{a}[{index}] = acc{a}[{layout.slot_index}];" for a in per_slot])
         for a in per_block:
@@ -485,14 +520,21 @@ class KernelRenderer:
                 self.emit(f"if ({layout.first_block}) v{a}[{index}] = acc{a};")
         self.depth -= bool(layout.variants[0][0])
 
-    def render_per_head(self, per_block: list[int], once: list[int], for_slots: list[int], layout, names: dict):
+    def render_per_head(self, per_block: list[int], once: list[int], for_slots: list[int], layout, names: dict,
+                        batch: EdgeBatch | None = None):
         """A whole-row layout's loops over the outer axis in an edge: the values constant along the
         slots' axis, per outer index, stored for the slots that read them; the aggregations of the
-        outer axis's shape accumulate here."""
+        outer axis's shape accumulate here. In a batch, what the slots read is stored per edge of
+        the batch (its arrays and the second pass's reloads are left in `batch`)."""
         # what does not vary along the heads either (a per-edge scalar) once per edge, before them
         for i in [i for i in once if not varies_along(self.nodes[i].shape, self.block_shape, layout.outer_axis)]:
             self.emit(*self.block_value(i, f"s{i}", layout.block_coords, None, names))
             names[i] = f"s{i}"
+            if batch:
+                c_type = "bool" if OPS[self.nodes[i].op].c_bool is not None else "acc_t"
+                batch.arrays.append(f"{c_type} u{i}[{batch.size}];")
+                batch.reloads.append(f"const {c_type} s{i} = u{i}[jb];")
+                self.emit(f"u{i}[jb] = s{i};")
         head = {i: flat_index(self.nodes[i].shape, layout.block_coords, len(self.block_shape))
                 for i in once + per_block}
         reductions = [i for i in once if i not in names and self.d.split_reductions
@@ -500,8 +542,14 @@ class KernelRenderer:
         rest = [i for i in once if i not in names and i not in reductions]
         # read after the loop computing them: what the slots read, and the reductions the rest reads
         stored = [i for i in for_slots if i not in names] + [i for i in reductions if i not in for_slots]
-        for i in stored:
-            self.emit(f"acc_t t{i}[{layout.slots}];")
+        stored_at = {i: head[i] for i in stored}
+        if batch:  # one row of heads per edge of the batch
+            heads = self.block_shape[layout.outer_axis]
+            stored_at = {i: f"jb * ({heads}) + {index}" for i, index in stored_at.items()}
+            rows = batch.size * (heads if isinstance(heads, int) else layout.slots)
+            batch.arrays += [f"acc_t t{i}[{rows}];" for i in stored]
+        else:
+            self.emit(*(f"acc_t t{i}[{layout.slots}];" for i in stored))
         # reductions in a loop of their own, so that the loop computing the rest vectorises
         for values, updates in ((reductions, []), (rest, per_block)):
             if not values and not updates:
@@ -514,10 +562,10 @@ class KernelRenderer:
             for a in updates:
                 x = self.block_operand(self.nodes[a].args[0], layout.block_coords, None, names)
                 self.emit(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{head[a]}]", x=x))
-            self.emit(*(f"t{i}[{head[i]}] = s{i};" for i in values if i in stored))
+            self.emit(*(f"t{i}[{stored_at[i]}] = s{i};" for i in values if i in stored))
             self.depth -= 1
             self.emit(*layout.outer_close)
-            names.update({i: f"t{i}[{head[i]}]" for i in values if i in stored})
+            names.update({i: f"t{i}[{stored_at[i]}]" for i in values if i in stored})
 
     def prefetch_ahead(self, reads: list[int], coords: list[str], out_rank: int, whole_rows: bool,
                        span: int | None, vector_axis: int):
@@ -548,6 +596,28 @@ class KernelRenderer:
         self.depth += 1
         self.emit("const int64_t nbr = nbrs[j], eid = eids[j];", "(void)nbr; (void)eid;")
         return set(self.ready)
+
+    def open_edge_batch(self, batch: EdgeBatch) -> set[int]:
+        """Start the loop over the row's edges in batches of `batch.size`, and in it the batch's first
+        pass; returns the values in scope before it."""
+        self.shared_in_edge_loop = False
+        self.emit(f"for (int64_t j0 = begin; j0 < end; j0 += {batch.size}) {{")
+        self.depth += 1
+        self.emit(f"const int64_t batch = std::min<int64_t>({batch.size}, end - j0);",
+                  f"int64_t nbr_of[{batch.size}], eid_of[{batch.size}];")
+        batch.mark, batch.depth = len(self.lines), self.depth
+        self.emit("for (int64_t jb = 0; jb < batch; ++jb) {")
+        self.depth += 1
+        self.emit("const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];", "nbr_of[jb] = nbr; eid_of[jb] = eid;")
+        return set(self.ready)
+
+    def drop_unread(self, start: int, end: int):
+        """Drop the row pointers declared in lines[start:end] that no later line reads: each pass of
+        an edge batch declares every row the loop gathers, and reads some."""
+        for k in reversed(range(start, end)):
+            declared = re.match(r"\s*const \w+\* (v\d+) = ", self.lines[k])
+            if declared and not any(re.search(rf"\b{declared.group(1)}\b", line) for line in self.lines[k + 1:]):
+                del self.lines[k]
 
     def close_edge_loop(self):
         if self.shared_in_edge_loop:  # lanes finish reading this edge's values before the next overwrites them

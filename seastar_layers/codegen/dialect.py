@@ -69,6 +69,8 @@ class BlockLayout:
     axes and slot_index is slot k's accumulator; accumulators: how many the row has (a C
     expression); prefetch_rows: prefetch the whole of each gathered row, not one block of it;
     prefetch_span: the elements of a block to prefetch from its first (None: one cache line).
+    edge_batch: in a whole-row layout, how many edges have their per-head values computed, one
+    edge after another, before their slots accumulate (0: each edge's slots right after its heads).
     guard: a C condition under which the layout applies, `fallback` the layout otherwise."""
 
     open: list[str]
@@ -90,6 +92,7 @@ class BlockLayout:
     accumulators: str | None = None
     prefetch_rows: bool = False
     prefetch_span: int | None = None
+    edge_batch: int = 0
     guard: str | None = None
     fallback: BlockLayout | None = None
 

@@ -155,31 +155,39 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     }
     acc_t v13[32];
     acc_t acc13[256]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 4;
-      const scalar_t* v11 = b2 + nbr * 32;
-      if (j + 16 < end) {
-        const auto* ahead = b2 + nbrs[j + 16] * 32;
-        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+    for (int64_t j0 = begin; j0 < end; j0 += 8) {
+      const int64_t batch = std::min<int64_t>(8, end - j0);
+      int64_t nbr_of[8], eid_of[8];
+      acc_t t10[32];
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];
+        nbr_of[jb] = nbr; eid_of[jb] = eid;
+        const scalar_t* v0 = b0 + nbr * 4;
+        if (j + 16 < end) {
+          const auto* ahead = b2 + nbrs[j + 16] * 32;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+          const acc_t s2 = (v0[o0] + v1[o0]);
+          const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
+          const acc_t s6 = (s3 + v5[o0]);
+          const acc_t s7 = seastar_exp(s6);
+          const acc_t s10 = (s7 * v9[o0]);
+          t10[jb * (4) + o0] = s10;
+        }
       }
-      acc_t t10[256];
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-        const acc_t s2 = (v0[o0] + v1[o0]);
-        const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
-        const acc_t s6 = (s3 + v5[o0]);
-        const acc_t s7 = seastar_exp(s6);
-        const acc_t s10 = (s7 * v9[o0]);
-        t10[o0] = s10;
-      }
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-      #pragma omp simd
-      for (int64_t k = 0; k < 8; ++k) {
-          const acc_t e12 = (t10[o0] * v11[o0 * 8 + k]);
-          acc13[o0 * (8) + k] += e12;
-      }
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t nbr = nbr_of[jb], eid = eid_of[jb];
+        (void)nbr; (void)eid;
+        const scalar_t* v11 = b2 + nbr * 32;
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+        #pragma omp simd
+        for (int64_t k = 0; k < 8; ++k) {
+            const acc_t e12 = (t10[jb * (4) + o0] * v11[o0 * 8 + k]);
+            acc13[o0 * (8) + k] += e12;
+        }
+        }
       }
     }
     for (int64_t o0 = 0; o0 < 4; ++o0) {
@@ -275,38 +283,46 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     acc_t v43[32];
     acc_t acc18[256]; for (int k = 0; k < 32; ++k) acc18[k] = (acc_t)0.0;
     acc_t acc43[256]; for (int k = 0; k < 32; ++k) acc43[k] = (acc_t)0.0;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v2 = b2 + nbr * 4;
-      const scalar_t* v1 = b1 + nbr * 32;
-      if (j + 16 < end) {
-        const auto* ahead = b1 + nbrs[j + 16] * 32;
-        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+    for (int64_t j0 = begin; j0 < end; j0 += 8) {
+      const int64_t batch = std::min<int64_t>(8, end - j0);
+      int64_t nbr_of[8], eid_of[8];
+      acc_t t9[32];
+      acc_t t30[32];
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];
+        nbr_of[jb] = nbr; eid_of[jb] = eid;
+        const scalar_t* v2 = b2 + nbr * 4;
+        if (j + 16 < end) {
+          const auto* ahead = b1 + nbrs[j + 16] * 32;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+          const acc_t s4 = (v2[o0] + v3[o0]);
+          const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
+          const acc_t s8 = (s5 + v7[o0]);
+          const acc_t s9 = seastar_exp(s8);
+          const bool s26 = (s4 > (acc_t)0.0);
+          const acc_t s28 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t s29 = (v11[o0] * s9);
+          const acc_t s30 = (s29 * s28);
+          t9[jb * (4) + o0] = s9;
+          t30[jb * (4) + o0] = s30;
+        }
       }
-      acc_t t9[256];
-      acc_t t30[256];
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-        const acc_t s4 = (v2[o0] + v3[o0]);
-        const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
-        const acc_t s8 = (s5 + v7[o0]);
-        const acc_t s9 = seastar_exp(s8);
-        const bool s26 = (s4 > (acc_t)0.0);
-        const acc_t s28 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s29 = (v11[o0] * s9);
-        const acc_t s30 = (s29 * s28);
-        t9[o0] = s9;
-        t30[o0] = s30;
-      }
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-      #pragma omp simd
-      for (int64_t k = 0; k < 8; ++k) {
-          const acc_t e17 = (t9[o0] * v1[o0 * 8 + k]);
-          const acc_t e42 = (t30[o0] * v1[o0 * 8 + k]);
-          acc18[o0 * (8) + k] += e17;
-          acc43[o0 * (8) + k] += e42;
-      }
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t nbr = nbr_of[jb], eid = eid_of[jb];
+        (void)nbr; (void)eid;
+        const scalar_t* v1 = b1 + nbr * 32;
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+        #pragma omp simd
+        for (int64_t k = 0; k < 8; ++k) {
+            const acc_t e17 = (t9[jb * (4) + o0] * v1[o0 * 8 + k]);
+            const acc_t e42 = (t30[jb * (4) + o0] * v1[o0 * 8 + k]);
+            acc18[o0 * (8) + k] += e17;
+            acc43[o0 * (8) + k] += e42;
+        }
+        }
       }
     }
     for (int64_t o0 = 0; o0 < 4; ++o0) {
@@ -440,45 +456,53 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     acc_t acc14[256]; for (int k = 0; k < 32; ++k) acc14[k] = (acc_t)0.0;
     acc_t acc32[256]; for (int k = 0; k < 32; ++k) acc32[k] = (acc_t)0.0;
     acc_t acc40[256]; for (int k = 0; k < 32; ++k) acc40[k] = (acc_t)0.0;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v3 = b3 + nbr * 4;
-      const acc_t* v7 = b9 + nbr * 4;
-      const acc_t* v11 = b10 + nbr * 4;
-      const scalar_t* v0 = b0 + nbr * 32;
-      const acc_t* v37 = b11 + nbr * 4;
-      if (j + 16 < end) {
-        const auto* ahead = b0 + nbrs[j + 16] * 32;
-        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+    for (int64_t j0 = begin; j0 < end; j0 += 8) {
+      const int64_t batch = std::min<int64_t>(8, end - j0);
+      int64_t nbr_of[8], eid_of[8];
+      acc_t t12[32];
+      acc_t t30[32];
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];
+        nbr_of[jb] = nbr; eid_of[jb] = eid;
+        const scalar_t* v3 = b3 + nbr * 4;
+        const acc_t* v7 = b9 + nbr * 4;
+        const acc_t* v11 = b10 + nbr * 4;
+        const acc_t* v37 = b11 + nbr * 4;
+        if (j + 16 < end) {
+          const auto* ahead = b0 + nbrs[j + 16] * 32;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+          const acc_t s4 = (v2[o0] + v3[o0]);
+          const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
+          const acc_t s8 = (s5 + v7[o0]);
+          const acc_t s9 = seastar_exp(s8);
+          const acc_t s12 = (s9 * v11[o0]);
+          const bool s26 = (s4 > (acc_t)0.0);
+          const acc_t s28 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t s29 = (v11[o0] * s9);
+          const acc_t s30 = (s29 * s28);
+          const acc_t s38 = (v37[o0] * s9);
+          const acc_t s39 = (s38 * s28);
+          acc40[o0] += s39;
+          t12[jb * (4) + o0] = s12;
+          t30[jb * (4) + o0] = s30;
+        }
       }
-      acc_t t12[256];
-      acc_t t30[256];
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-        const acc_t s4 = (v2[o0] + v3[o0]);
-        const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
-        const acc_t s8 = (s5 + v7[o0]);
-        const acc_t s9 = seastar_exp(s8);
-        const acc_t s12 = (s9 * v11[o0]);
-        const bool s26 = (s4 > (acc_t)0.0);
-        const acc_t s28 = (s26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s29 = (v11[o0] * s9);
-        const acc_t s30 = (s29 * s28);
-        const acc_t s38 = (v37[o0] * s9);
-        const acc_t s39 = (s38 * s28);
-        acc40[o0] += s39;
-        t12[o0] = s12;
-        t30[o0] = s30;
-      }
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-      #pragma omp simd
-      for (int64_t k = 0; k < 8; ++k) {
-          const acc_t e13 = (v0[o0 * 8 + k] * t12[o0]);
-          const acc_t e31 = (t30[o0] * v0[o0 * 8 + k]);
-          acc14[o0 * (8) + k] += e13;
-          acc32[o0 * (8) + k] += e31;
-      }
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t nbr = nbr_of[jb], eid = eid_of[jb];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 32;
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+        #pragma omp simd
+        for (int64_t k = 0; k < 8; ++k) {
+            const acc_t e13 = (v0[o0 * 8 + k] * t12[jb * (4) + o0]);
+            const acc_t e31 = (t30[jb * (4) + o0] * v0[o0 * 8 + k]);
+            acc14[o0 * (8) + k] += e13;
+            acc32[o0 * (8) + k] += e31;
+        }
+        }
       }
     }
     for (int64_t o0 = 0; o0 < 4; ++o0) {

@@ -137,35 +137,43 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     acc_t acc8[256]; for (int k = 0; k < 32; ++k) acc8[k] = (acc_t)0.0;
     acc_t acc15[256]; for (int k = 0; k < 32; ++k) acc15[k] = (acc_t)0.0;
     acc_t acc26[256]; for (int k = 0; k < 32; ++k) acc26[k] = (acc_t)0.0;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 4;
-      const scalar_t* v11 = b2 + nbr * 32;
-      if (j + 16 < end) {
-        const auto* ahead = b2 + nbrs[j + 16] * 32;
-        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+    for (int64_t j0 = begin; j0 < end; j0 += 8) {
+      const int64_t batch = std::min<int64_t>(8, end - j0);
+      int64_t nbr_of[8], eid_of[8];
+      acc_t t7[32];
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];
+        nbr_of[jb] = nbr; eid_of[jb] = eid;
+        const scalar_t* v0 = b0 + nbr * 4;
+        if (j + 16 < end) {
+          const auto* ahead = b2 + nbrs[j + 16] * 32;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+          const acc_t s2 = (v0[o0] + v1[o0]);
+          const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
+          const acc_t s6 = (s3 + v5[o0]);
+          const acc_t s7 = seastar_exp(s6);
+          const bool s18 = (s2 > (acc_t)0.0);
+          const acc_t s21 = (s18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t s25 = (s7 * s21);
+          acc8[o0] += s7;
+          acc26[o0] += s25;
+          t7[jb * (4) + o0] = s7;
+        }
       }
-      acc_t t7[256];
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-        const acc_t s2 = (v0[o0] + v1[o0]);
-        const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
-        const acc_t s6 = (s3 + v5[o0]);
-        const acc_t s7 = seastar_exp(s6);
-        const bool s18 = (s2 > (acc_t)0.0);
-        const acc_t s21 = (s18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s25 = (s7 * s21);
-        acc8[o0] += s7;
-        acc26[o0] += s25;
-        t7[o0] = s7;
-      }
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-      #pragma omp simd
-      for (int64_t k = 0; k < 8; ++k) {
-          const acc_t e14 = (t7[o0] * v11[o0 * 8 + k]);
-          acc15[o0 * (8) + k] += e14;
-      }
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t nbr = nbr_of[jb], eid = eid_of[jb];
+        (void)nbr; (void)eid;
+        const scalar_t* v11 = b2 + nbr * 32;
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+        #pragma omp simd
+        for (int64_t k = 0; k < 8; ++k) {
+            const acc_t e14 = (t7[jb * (4) + o0] * v11[o0 * 8 + k]);
+            acc15[o0 * (8) + k] += e14;
+        }
+        }
       }
     }
     for (int64_t o0 = 0; o0 < 4; ++o0) {
@@ -190,39 +198,47 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     acc_t v24[32];
     acc_t acc13[256]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
     acc_t acc24[256]; for (int k = 0; k < 32; ++k) acc24[k] = (acc_t)0.0;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 4;
-      const scalar_t* v11 = b2 + nbr * 32;
-      if (j + 16 < end) {
-        const auto* ahead = b2 + nbrs[j + 16] * 32;
-        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+    for (int64_t j0 = begin; j0 < end; j0 += 8) {
+      const int64_t batch = std::min<int64_t>(8, end - j0);
+      int64_t nbr_of[8], eid_of[8];
+      acc_t t10[32];
+      acc_t t22[32];
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];
+        nbr_of[jb] = nbr; eid_of[jb] = eid;
+        const scalar_t* v0 = b0 + nbr * 4;
+        if (j + 16 < end) {
+          const auto* ahead = b2 + nbrs[j + 16] * 32;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+          const acc_t s2 = (v0[o0] + v1[o0]);
+          const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
+          const acc_t s6 = (s3 + v5[o0]);
+          const acc_t s7 = seastar_exp(s6);
+          const acc_t s10 = (s7 * v9[o0]);
+          const acc_t s16 = (v9[o0] * s7);
+          const bool s18 = (s2 > (acc_t)0.0);
+          const acc_t s21 = (s18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t s22 = (s16 * s21);
+          t10[jb * (4) + o0] = s10;
+          t22[jb * (4) + o0] = s22;
+        }
       }
-      acc_t t10[256];
-      acc_t t22[256];
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-        const acc_t s2 = (v0[o0] + v1[o0]);
-        const acc_t s3 = (s2 > 0 ? s2 : s2 * (acc_t)0.2);
-        const acc_t s6 = (s3 + v5[o0]);
-        const acc_t s7 = seastar_exp(s6);
-        const acc_t s10 = (s7 * v9[o0]);
-        const acc_t s16 = (v9[o0] * s7);
-        const bool s18 = (s2 > (acc_t)0.0);
-        const acc_t s21 = (s18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s22 = (s16 * s21);
-        t10[o0] = s10;
-        t22[o0] = s22;
-      }
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-      #pragma omp simd
-      for (int64_t k = 0; k < 8; ++k) {
-          const acc_t e12 = (t10[o0] * v11[o0 * 8 + k]);
-          const acc_t e23 = (t22[o0] * v11[o0 * 8 + k]);
-          acc13[o0 * (8) + k] += e12;
-          acc24[o0 * (8) + k] += e23;
-      }
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t nbr = nbr_of[jb], eid = eid_of[jb];
+        (void)nbr; (void)eid;
+        const scalar_t* v11 = b2 + nbr * 32;
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+        #pragma omp simd
+        for (int64_t k = 0; k < 8; ++k) {
+            const acc_t e12 = (t10[jb * (4) + o0] * v11[o0 * 8 + k]);
+            const acc_t e23 = (t22[jb * (4) + o0] * v11[o0 * 8 + k]);
+            acc13[o0 * (8) + k] += e12;
+            acc24[o0 * (8) + k] += e23;
+        }
+        }
       }
     }
     for (int64_t o0 = 0; o0 < 4; ++o0) {
@@ -440,45 +456,53 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     acc_t acc14[256]; for (int k = 0; k < 32; ++k) acc14[k] = (acc_t)0.0;
     acc_t acc31[256]; for (int k = 0; k < 32; ++k) acc31[k] = (acc_t)0.0;
     acc_t acc39[256]; for (int k = 0; k < 32; ++k) acc39[k] = (acc_t)0.0;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v3 = b3 + nbr * 4;
-      const acc_t* v7 = b12 + nbr * 4;
-      const acc_t* v11 = b13 + nbr * 4;
-      const scalar_t* v0 = b0 + nbr * 32;
-      const acc_t* v36 = b14 + nbr * 4;
-      if (j + 16 < end) {
-        const auto* ahead = b0 + nbrs[j + 16] * 32;
-        for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+    for (int64_t j0 = begin; j0 < end; j0 += 8) {
+      const int64_t batch = std::min<int64_t>(8, end - j0);
+      int64_t nbr_of[8], eid_of[8];
+      acc_t t12[32];
+      acc_t t29[32];
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];
+        nbr_of[jb] = nbr; eid_of[jb] = eid;
+        const scalar_t* v3 = b3 + nbr * 4;
+        const acc_t* v7 = b12 + nbr * 4;
+        const acc_t* v11 = b13 + nbr * 4;
+        const acc_t* v36 = b14 + nbr * 4;
+        if (j + 16 < end) {
+          const auto* ahead = b0 + nbrs[j + 16] * 32;
+          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (32); q += 64) __builtin_prefetch((const char*)ahead + q);
+        }
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+          const acc_t s4 = (v2[o0] + v3[o0]);
+          const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
+          const acc_t s8 = (s5 + v7[o0]);
+          const acc_t s9 = seastar_exp(s8);
+          const acc_t s12 = (s9 * v11[o0]);
+          const bool s25 = (s4 > (acc_t)0.0);
+          const acc_t s27 = (s25 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+          const acc_t s28 = (v11[o0] * s9);
+          const acc_t s29 = (s28 * s27);
+          const acc_t s37 = (v36[o0] * s9);
+          const acc_t s38 = (s37 * s27);
+          acc39[o0] += s38;
+          t12[jb * (4) + o0] = s12;
+          t29[jb * (4) + o0] = s29;
+        }
       }
-      acc_t t12[256];
-      acc_t t29[256];
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-        const acc_t s4 = (v2[o0] + v3[o0]);
-        const acc_t s5 = (s4 > 0 ? s4 : s4 * (acc_t)0.2);
-        const acc_t s8 = (s5 + v7[o0]);
-        const acc_t s9 = seastar_exp(s8);
-        const acc_t s12 = (s9 * v11[o0]);
-        const bool s25 = (s4 > (acc_t)0.0);
-        const acc_t s27 = (s25 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-        const acc_t s28 = (v11[o0] * s9);
-        const acc_t s29 = (s28 * s27);
-        const acc_t s37 = (v36[o0] * s9);
-        const acc_t s38 = (s37 * s27);
-        acc39[o0] += s38;
-        t12[o0] = s12;
-        t29[o0] = s29;
-      }
-      for (int64_t o0 = 0; o0 < 4; ++o0) {
-      #pragma omp simd
-      for (int64_t k = 0; k < 8; ++k) {
-          const acc_t e13 = (v0[o0 * 8 + k] * t12[o0]);
-          const acc_t e30 = (t29[o0] * v0[o0 * 8 + k]);
-          acc14[o0 * (8) + k] += e13;
-          acc31[o0 * (8) + k] += e30;
-      }
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t nbr = nbr_of[jb], eid = eid_of[jb];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 32;
+        for (int64_t o0 = 0; o0 < 4; ++o0) {
+        #pragma omp simd
+        for (int64_t k = 0; k < 8; ++k) {
+            const acc_t e13 = (v0[o0 * 8 + k] * t12[jb * (4) + o0]);
+            const acc_t e30 = (t29[jb * (4) + o0] * v0[o0 * 8 + k]);
+            acc14[o0 * (8) + k] += e13;
+            acc31[o0 * (8) + k] += e30;
+        }
+        }
       }
     }
     for (int64_t o0 = 0; o0 < 4; ++o0) {

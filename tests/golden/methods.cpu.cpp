@@ -165,32 +165,41 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     }
     acc_t v13[10];
     acc_t acc13[256]; for (int k = 0; k < 10; ++k) acc13[k] = (acc_t)0.0;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v0 = b0 + nbr * 10;
-      acc_t t10[256];
-      acc_t t3[256];
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 2; ++o0) {
-        acc_t s3 = 0;
-        for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
-        t3[o0] = s3;
+    for (int64_t j0 = begin; j0 < end; j0 += 8) {
+      const int64_t batch = std::min<int64_t>(8, end - j0);
+      int64_t nbr_of[8], eid_of[8];
+      acc_t t10[16];
+      acc_t t3[16];
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];
+        nbr_of[jb] = nbr; eid_of[jb] = eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 2; ++o0) {
+          acc_t s3 = 0;
+          for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) s3 += (v0[o0 * 5 + r3_1] * v1[o0 * 5 + r3_1]);
+          t3[jb * (2) + o0] = s3;
+        }
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 2; ++o0) {
+          const acc_t s6 = (t3[jb * (2) + o0] + v5[o0]);
+          const acc_t s7 = seastar_exp(s6);
+          const acc_t s10 = (s7 * v9[o0]);
+          t10[jb * (2) + o0] = s10;
+        }
       }
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 2; ++o0) {
-        const acc_t s6 = (t3[o0] + v5[o0]);
-        const acc_t s7 = seastar_exp(s6);
-        const acc_t s10 = (s7 * v9[o0]);
-        t10[o0] = s10;
-      }
-      for (int64_t o0 = 0; o0 < 2; ++o0) {
-      #pragma omp simd
-      for (int64_t k = 0; k < 5; ++k) {
-          const acc_t e11 = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v0[o0 * 5 + k])));
-          const acc_t e12 = (t10[o0] * e11);
-          acc13[o0 * (5) + k] += e12;
-      }
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t nbr = nbr_of[jb], eid = eid_of[jb];
+        (void)nbr; (void)eid;
+        const scalar_t* v0 = b0 + nbr * 10;
+        for (int64_t o0 = 0; o0 < 2; ++o0) {
+        #pragma omp simd
+        for (int64_t k = 0; k < 5; ++k) {
+            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v0[o0 * 5 + k])));
+            const acc_t e12 = (t10[jb * (2) + o0] * e11);
+            acc13[o0 * (5) + k] += e12;
+        }
+        }
       }
     }
     for (int64_t o0 = 0; o0 < 2; ++o0) {
@@ -315,31 +324,40 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     }
     acc_t v38[10];
     acc_t acc38[256]; for (int k = 0; k < 10; ++k) acc38[k] = (acc_t)0.0;
-    for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
-      const scalar_t* v15 = b3 + nbr * 10;
-      acc_t t23[256];
-      acc_t t19[256];
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 2; ++o0) {
-        acc_t s19 = 0;
-        for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) s19 += (v15[o0 * 5 + r19_1] * v5[o0 * 5 + r19_1]);
-        t19[o0] = s19;
+    for (int64_t j0 = begin; j0 < end; j0 += 8) {
+      const int64_t batch = std::min<int64_t>(8, end - j0);
+      int64_t nbr_of[8], eid_of[8];
+      acc_t t23[16];
+      acc_t t19[16];
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t j = j0 + jb, nbr = nbrs[j], eid = eids[j];
+        nbr_of[jb] = nbr; eid_of[jb] = eid;
+        const scalar_t* v15 = b3 + nbr * 10;
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 2; ++o0) {
+          acc_t s19 = 0;
+          for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) s19 += (v15[o0 * 5 + r19_1] * v5[o0 * 5 + r19_1]);
+          t19[jb * (2) + o0] = s19;
+        }
+        #pragma omp simd
+        for (int64_t o0 = 0; o0 < 2; ++o0) {
+          const acc_t s22 = (t19[jb * (2) + o0] + v21[o0]);
+          const acc_t s23 = seastar_exp(s22);
+          t23[jb * (2) + o0] = s23;
+        }
       }
-      #pragma omp simd
-      for (int64_t o0 = 0; o0 < 2; ++o0) {
-        const acc_t s22 = (t19[o0] + v21[o0]);
-        const acc_t s23 = seastar_exp(s22);
-        t23[o0] = s23;
-      }
-      for (int64_t o0 = 0; o0 < 2; ++o0) {
-      #pragma omp simd
-      for (int64_t k = 0; k < 5; ++k) {
-          const acc_t e16 = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[o0 * 5 + k])));
-          const acc_t e37 = (t23[o0] * e16);
-          acc38[o0 * (5) + k] += e37;
-      }
+      for (int64_t jb = 0; jb < batch; ++jb) {
+        const int64_t nbr = nbr_of[jb], eid = eid_of[jb];
+        (void)nbr; (void)eid;
+        const scalar_t* v15 = b3 + nbr * 10;
+        for (int64_t o0 = 0; o0 < 2; ++o0) {
+        #pragma omp simd
+        for (int64_t k = 0; k < 5; ++k) {
+            const acc_t e16 = ((acc_t)1 / ((acc_t)1 + seastar_exp(-v15[o0 * 5 + k])));
+            const acc_t e37 = (t23[jb * (2) + o0] * e16);
+            acc38[o0 * (5) + k] += e37;
+        }
+        }
       }
     }
     for (int64_t o0 = 0; o0 < 2; ++o0) {
