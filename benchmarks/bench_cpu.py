@@ -21,7 +21,7 @@ Every measurement runs in a child forked from a server process that has imported
 and run nothing, so a child's memory is its library's alone; its peak is the resident memory a
 step adds over what the child held just before it (its setup: graph, features, the library's
 graph object and model). Time: the first step alone, then the median of --repeat steps (fewer
-when they take over --budget seconds). A child runs at most --timeout seconds and is stopped when
+when they take over --budget seconds; more, up to 100, while they take under --min-time). A child runs at most --timeout seconds and is stopped when
 its resident memory would pass what the machine has available: both are recorded results, as is
 a child that dies. On the Reddit-scale graphs a measurement first estimates its memory and time
 from the same measurement on a graph with 1/8 of the edges (run first when it is not part of
@@ -104,6 +104,8 @@ def parse_args(argv=None):
     p.add_argument("--repeat", type=int, help="timed steps per measurement (default 5, --quick 3)")
     p.add_argument("--budget", type=float, help="seconds of timed steps after which a measurement stops "
                                                 "repeating (default 60, --quick 10)")
+    p.add_argument("--min-time", type=float, help="seconds of timed steps a measurement fills past --repeat when its "
+                                                  "steps are short, 100 steps at most (default 2, --quick 0.5)")
     p.add_argument("--calls", type=int, help="calls timed for the overhead (default 1000, --quick 100)")
     p.add_argument("--timeout", type=float, help="seconds a child may run (default 1800, --quick 300)")
     p.add_argument("--max-memory", type=float, help="GB a child may hold (default: what the machine has available "
@@ -114,7 +116,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     quick = args.quick
     defaults = {"graphs": ["cora", "pubmed"] if quick else list(SELECTABLE), "repeat": 3 if quick else 5,
-                "budget": 10.0 if quick else 60.0, "calls": 100 if quick else 1000,
+                "budget": 10.0 if quick else 60.0, "min_time": 0.5 if quick else 2.0, "calls": 100 if quick else 1000,
                 "timeout": 300.0 if quick else 1800.0}
     for name, value in defaults.items():
         if getattr(args, name) is None:
@@ -122,6 +124,8 @@ def parse_args(argv=None):
     for name in ("repeat", "calls", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.min_time < 0:
+        p.error(f"--min-time must not be negative, got {args.min_time}")
     for name in ("budget", "timeout", "max_memory"):
         value = getattr(args, name)
         if value is not None and not value > 0:
@@ -293,7 +297,8 @@ class Bench:
         a = self.args
         probe_only = m.graph and m.graph not in a.graphs  # measured for an estimate: one timed step is enough
         spec = {"workload": m.workload, "layer": m.layer, "library": m.library, "threads": a.threads,
-                "repeat": a.calls if m.workload == "overhead" else 1 if probe_only else a.repeat, "budget_s": a.budget}
+                "repeat": a.calls if m.workload == "overhead" else 1 if probe_only else a.repeat, "budget_s": a.budget,
+                "min_s": 0.0 if probe_only or m.workload == "overhead" else a.min_time}
         if m.graph:
             graph = GRAPHS[m.graph]
             info = self.ensure_graph(graph)

@@ -183,10 +183,15 @@ class Measured:
     extra: Callable = dict
 
 
-def measure(step, prepare=tuple, repeat: int = 5, budget_s: float = 60.0, memory: bool = True) -> dict:
+MAX_STEPS = 100  # measure: the most steps a measurement takes to fill its min_s
+
+
+def measure(step, prepare=tuple, repeat: int = 5, budget_s: float = 60.0, memory: bool = True,
+            min_s: float = 0.0) -> dict:
     """One first step (timed on its own: it builds each library's caches), then timed steps until
-    `repeat` of them or until they have taken `budget_s` (at least one). prepare() makes a step's
-    inputs, untimed. The peak is the most resident memory any step added over what the process
+    `repeat` of them or until they have taken `budget_s` (at least one), and on past `repeat` while
+    they have taken under `min_s` (at most MAX_STEPS): a median of three 20 ms steps on a shared
+    machine swung Cora's comparisons by 10%. prepare() makes a step's inputs, untimed. The peak is the most resident memory any step added over what the process
     held just before it (so the first step's caches count), in MB; the steady peak leaves the
     first step out (what a step needs once the caches exist)."""
 
@@ -202,7 +207,8 @@ def measure(step, prepare=tuple, repeat: int = 5, budget_s: float = 60.0, memory
 
     first_s, first, first_peak = one()
     times, peaks = [], []
-    while len(times) < repeat and (not times or sum(times) < budget_s):
+    while ((len(times) < repeat and (not times or sum(times) < budget_s))
+           or (sum(times) < min_s and len(times) < MAX_STEPS)):
         seconds, _, peak = one()
         times.append(seconds)
         peaks.append(peak)
@@ -356,7 +362,8 @@ def measure_one(spec: dict) -> dict:
         del graph  # what the workload did not keep is freed before the baseline
         release_free_memory()
         setup_s, setup_mb = time.perf_counter() - start, resident_mb()
-        result = measure(measured.step, measured.prepare, spec["repeat"], spec["budget_s"], measured.memory)
+        result = measure(measured.step, measured.prepare, spec["repeat"], spec["budget_s"], measured.memory,
+                         spec.get("min_s", 0.0))
         result["check"] = measured.check(result.pop("first"))
         result.update(measured.extra())
     seen = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
