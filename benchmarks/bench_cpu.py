@@ -21,11 +21,12 @@ Every measurement runs in a child forked from a server process that has imported
 and run nothing, so a child's memory is its library's alone; its peak is the resident memory a
 step adds over what the child held just before it (its setup: graph, features, the library's
 graph object and model). Time: the first step alone, then the median of --repeat steps (fewer
-when they take over --budget seconds; more, up to 100, while they take under --min-time). A child runs at most --timeout seconds and is stopped when
-its resident memory would pass what the machine has available: both are recorded results, as is
-a child that dies. On the Reddit-scale graphs a measurement first estimates its memory and time
-from the same measurement on a graph with 1/8 of the edges (run first when it is not part of
-the run), and is recorded as skipped where they would not fit.
+when they take over --budget seconds; more, up to 100, while they take under --min-time). A
+child runs at most --timeout seconds and is stopped when its resident memory would pass what the
+machine has available: both are recorded results, as is a child that dies. On the Reddit-scale
+graphs a measurement first estimates its memory and time from the same measurement on a graph
+with 1/8 of the edges (run first when it is not part of the run), and is recorded as skipped
+where they would not fit.
 
 Writes benchmarks/results/cpu.json (rewritten after every measurement, so an interrupted run keeps
 what it measured) and cpu.png (time and peak memory, log scale), prints the tables and the

@@ -191,9 +191,10 @@ def measure(step, prepare=tuple, repeat: int = 5, budget_s: float = 60.0, memory
     """One first step (timed on its own: it builds each library's caches), then timed steps until
     `repeat` of them or until they have taken `budget_s` (at least one), and on past `repeat` while
     they have taken under `min_s` (at most MAX_STEPS): a median of three 20 ms steps on a shared
-    machine swung Cora's comparisons by 10%. prepare() makes a step's inputs, untimed. The peak is the most resident memory any step added over what the process
-    held just before it (so the first step's caches count), in MB; the steady peak leaves the
-    first step out (what a step needs once the caches exist)."""
+    machine swung Cora's comparisons by 10%. prepare() makes a step's inputs, untimed. The peak is
+    the most resident memory any step added over what the process held just before it (so the
+    first step's caches count), in MB; the steady peak leaves the first step out (what a step
+    needs once the caches exist)."""
 
     def one():
         args = prepare()
@@ -363,7 +364,7 @@ def measure_one(spec: dict) -> dict:
         release_free_memory()
         setup_s, setup_mb = time.perf_counter() - start, resident_mb()
         result = measure(measured.step, measured.prepare, spec["repeat"], spec["budget_s"], measured.memory,
-                         spec.get("min_s", 0.0))
+                         spec["min_s"])
         result["check"] = measured.check(result.pop("first"))
         result.update(measured.extra())
     seen = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
