@@ -119,6 +119,29 @@ inline const char* dtype_name(at::ScalarType t) {
   }
 }
 
+// A variant's key: the features' dtype, the optional arguments given (the seed selects none) and the switches
+// on, as torch_entry.py: variant_key spells it.
+inline std::string variant_key(const Family& f, at::ScalarType dtype, const Arguments& args, const Switches& switches) {
+  const char* name = dtype_name(dtype);
+  std::string key = name != nullptr ? name : "";
+  for (int i = f.first_optional; i < f.num_arguments; ++i)
+    if (args[i] != nullptr && i != f.seed) key += std::string("|") + f.arguments[i];
+  for (int i = 0; i < f.num_switches; ++i)
+    if (switches[i]) key += std::string("|") + f.switches[i];
+  return key;
+}
+
+// The variant these arguments select on CUDA or the CPU; null where the extension holds none.
+inline const Variant* find_variant(const Family& f, bool cuda, at::ScalarType dtype, const Arguments& args,
+                                   const Switches& switches) {
+  const std::string key = variant_key(f, dtype, args, switches);
+  const Variant* table = cuda ? f.cuda : f.cpu;
+  const int count = cuda ? f.num_cuda : f.num_cpu;
+  for (int v = 0; v < count; ++v)
+    if (key == table[v].key) return &table[v];
+  return nullptr;
+}
+
 // as Python spells it, for messages
 inline std::string torch_name(at::ScalarType t) {
   if (const char* name = dtype_name(t)) return std::string("torch.") + name;
@@ -419,7 +442,6 @@ class Call {
       TORCH_CHECK_VALUE(t->defined(), f_.op, ": '", name, "' is an undefined tensor");
       TORCH_CHECK_VALUE(t->device() == graph_[0].device(), f_.op, ": '", name, "' is on ", t->device(),
                         " but the graph is on ", graph_[0].device(), "; move them to one device");
-      TORCH_CHECK_VALUE(t->is_contiguous(), f_.op, ": '", name, "' must be contiguous; pass ", name, ".contiguous()");
       if (!f_.is_feature[i]) continue;
       TORCH_CHECK_VALUE(t->dim() >= 1, f_.op, ": '", name, "' must have one row per vertex or edge, got a 0-d tensor");
       if (first == nullptr) {
@@ -436,26 +458,14 @@ class Call {
   void select_variant() {
     const bool cuda = graph_[0].is_cuda();
     TORCH_CHECK_VALUE(graph_[0].is_cpu() || cuda, f_.op, " runs on CPU and CUDA tensors, not on ", graph_[0].device());
-    const char* dtype = dtype_name(dtype_);
-    TORCH_CHECK_TYPE(dtype != nullptr, f_.op, ": no kernel for '", first_name_, "' of dtype ", torch_name(dtype_),
-                     "; convert the features to float32, float64, float16 or bfloat16");
-    std::string key = dtype;
-    for (int i = 0; i < f_.num_arguments; ++i)
-      if (args_[i] != nullptr && i >= f_.first_optional && i != f_.seed) key += std::string("|") + f_.arguments[i];
-    for (int i = 0; i < f_.num_switches; ++i)
-      if (switches_[i]) key += std::string("|") + f_.switches[i];
-    const Variant* table = cuda ? f_.cuda : f_.cpu;
-    const int count = cuda ? f_.num_cuda : f_.num_cpu;
-    for (int v = 0; v < count; ++v) {
-      if (key == table[v].key) {
-        variant_ = &table[v];
-        dims_.assign(variant_->num_dims, -1);
-        dim_sources_.assign(variant_->num_dims, "");
-        return;
-      }
-    }
-    TORCH_CHECK(false, f_.op, ": seastar_layers._C holds no ", cuda ? "CUDA" : "CPU", " kernel for ", key,
-                cuda ? "; it was built without CUDA kernels" : "", "; reinstall seastar_layers");
+    TORCH_CHECK_TYPE(dtype_name(dtype_) != nullptr, f_.op, ": no kernel for '", first_name_, "' of dtype ",
+                     torch_name(dtype_), "; convert the features to float32, float64, float16 or bfloat16");
+    variant_ = find_variant(f_, cuda, dtype_, args_, switches_);
+    TORCH_CHECK(variant_ != nullptr, f_.op, ": seastar_layers._C holds no ", cuda ? "CUDA" : "CPU", " kernel for ",
+                variant_key(f_, dtype_, args_, switches_), cuda ? "; it was built without CUDA kernels" : "",
+                "; reinstall seastar_layers");
+    dims_.assign(variant_->num_dims, -1);
+    dim_sources_.assign(variant_->num_dims, "");
   }
 
   // The declared shape of a feature's buffer, as "(rows, heads, 1)" or per row "(heads, 1)", for messages.
@@ -520,6 +530,8 @@ class Call {
     static const char* kRowNames[] = {"source vertex", "destination vertex", "edge"};
     const at::Tensor& t = *args_[b.index];
     const char* name = f_.arguments[b.index];
+    // here, not in check_arguments: an argument the backward does not read reaches it as a stride-0 stand-in
+    TORCH_CHECK_VALUE(t.is_contiguous(), f_.op, ": '", name, "' must be contiguous; pass ", name, ".contiguous()");
     const std::vector<int64_t> want = shape_of(b);
     if (b.rows != Rows::kParam) {
       TORCH_CHECK_VALUE(t.size(0) == want[0], f_.op, ": '", name, "' must have one row per ",
@@ -682,13 +694,18 @@ auto make_node(Args&&... args) {
 
 class OpBackward : public torch::autograd::Node {
  public:
+  // read[i]: whether the backward reads argument i. One it does not read is kept as a stride-0 stand-in of its
+  // shape and dtype, which is all the backward needs of it (a sum's backward reads none of its features: APPNP's
+  // K steps would otherwise keep K feature-sized tensors until the backward).
   OpBackward(const Family& family, BackwardCall backward, at::TensorList graph, const OptionalTensors& args,
-             Switches switches, const std::vector<at::Tensor>& saved)
+             Switches switches, const std::vector<at::Tensor>& saved, const std::vector<bool>& read)
       : family_(family), backward_(backward), switches_(std::move(switches)) {
     for (const at::Tensor& t : graph) graph_.emplace_back(t, false);
-    for (const auto& t : args) {
-      given_.push_back(t.has_value());
-      if (t.has_value()) args_.emplace_back(*t, false);
+    for (size_t i = 0; i < args.size(); ++i) {
+      given_.push_back(args[i].has_value());
+      if (!args[i].has_value()) continue;
+      const at::Tensor& t = *args[i];
+      args_.emplace_back(read[i] ? t : at::empty({}, t.options()).expand_symint(t.sym_sizes()), false);
     }
     for (const at::Tensor& t : saved) saved_.emplace_back(t, false);
   }
@@ -749,6 +766,27 @@ class OpBackward : public torch::autograd::Node {
   std::vector<torch::autograd::SavedVariable> graph_, args_, saved_;
 };
 
+// Which arguments the backward of the variant these arguments select reads (all, where no variant is found:
+// the forward has run, so another kernel served it, whose backward may read any).
+inline std::vector<bool> read_by_backward(const Family& family, at::TensorList graph, const OptionalTensors& args,
+                                          const Switches& switches) {
+  Arguments given_args;
+  std::optional<at::ScalarType> dtype;
+  for (int i = 0; i < family.num_arguments; ++i) {
+    given_args.push_back(given(args[i]));
+    if (args[i].has_value() && family.is_feature[i] && !dtype.has_value()) dtype = args[i]->scalar_type();
+  }
+  const Variant* variant = dtype.has_value() ? find_variant(family, graph[0].is_cuda(), *dtype, given_args, switches)
+                                             : nullptr;
+  std::vector<bool> read(family.num_arguments, variant == nullptr);
+  if (variant == nullptr) return read;
+  for (int k = 0; k < variant->backward.num_buffers; ++k) {
+    const Buffer& b = variant->backward.buffers[k];
+    if (b.from == From::kArgument || b.from == From::kSeed) read[b.index] = true;
+  }
+  return read;
+}
+
 // A family with the switch for_backward has variants whose forward also computes what their backward
 // would sweep the edges for (passes/precompute.py). This kernel knows whether it records a backward
 // and turns the switch on where it does; a caller that calls <op>_backward itself passes it.
@@ -763,7 +801,8 @@ inline OpResults with_autograd(const Family& family, ForwardCall forward, Backwa
   }
   if (!recorded) return out;
   auto& [results, saved] = out;
-  auto node = make_node<OpBackward>(family, backward, graph, args, switches, saved);
+  auto node = make_node<OpBackward>(family, backward, graph, args, switches, saved,
+                                    read_by_backward(family, graph, args, switches));
   std::vector<at::Tensor> given;  // one edge per argument given: the backward returns a gradient for each
   for (const auto& t : args)
     if (t.has_value()) given.push_back(*t);

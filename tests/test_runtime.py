@@ -56,6 +56,28 @@ def test_gradcheck_float64(fn, inputs):
     assert torch.autograd.gradcheck(call, tuple(inputs.values()) + tuple(extra))
 
 
+def plain_sum(v):
+    return sum(e.src.x for e in v.inedges)
+
+
+def test_a_compiled_programs_backward_keeps_only_the_inputs_it_reads():
+    """A program whose backward does not read an input (a plain sum reads none) keeps it as its shape
+    alone: it is not saved, an in-place edit after the forward is harmless, and the gradient is the
+    plain-PyTorch sum's."""
+    prog = sl.compile(plain_sum)
+    x = double(N, 3, seed=12)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = prog(EI, x=x)
+    assert all(t.untyped_storage().data_ptr() != x.untyped_storage().data_ptr() for t in packed)
+    reference = x.detach().clone().requires_grad_()
+    want = torch.zeros(N, 3, dtype=torch.float64).index_add(0, EI[1], reference[EI[0]])
+    grad = torch.randn_like(want)
+    with torch.no_grad():
+        x.mul_(2)
+    torch.testing.assert_close(torch.autograd.grad(out, x, grad)[0], torch.autograd.grad(want, reference, grad)[0])
+
+
 def test_opcheck():
     spec, graph, inputs = sl.compile(gat_zip).prepare(EI, **GAT_INPUTS)
     torch.library.opcheck(spec.op.forward, (graph, inputs))

@@ -764,6 +764,52 @@ def test_autograd_is_the_extensions_own():
         grad.sum().backward()
 
 
+def _saved_storages(call) -> set:
+    """The storages of the tensors call() saves for its backward (through saved-tensor hooks)."""
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = call()
+    return out, {t.untyped_storage().data_ptr() for t in packed if t.numel()}
+
+
+def test_the_backward_keeps_only_the_arguments_it_reads():
+    """A sum's backward reads no features: the op keeps x as its shape alone (APPNP's K steps would
+    otherwise hold K feature-sized tensors until the backward), so x may even change in place after
+    the forward; with edge weights the backward reads x (for the weights' gradient) and keeps it. The
+    gradients are those of the plain-PyTorch sum either way."""
+    src, dst = GRAPH.endpoints()
+    w = torch.rand(GRAPH.num_edges, dtype=torch.float64, requires_grad=True)
+    for weighted in (False, True):
+        x = torch.randn(N, 4, dtype=torch.float64, requires_grad=True)
+        x_used = x.detach().clone().requires_grad_()
+        out, saved = _saved_storages(lambda: OPS.weighted_sum(GRAPH.tensors(), x, w if weighted else None)[0][0])
+        assert (x.untyped_storage().data_ptr() in saved) == weighted
+        message = x_used[src] * (w[:, None] if weighted else 1)
+        want = torch.zeros(N, 4, dtype=torch.float64).index_add(0, dst, message)
+        grad = torch.randn_like(want)
+        expected = torch.autograd.grad(want, [x_used] + [w] * weighted, grad)
+        if not weighted:
+            with torch.no_grad():
+                x.mul_(3)  # not needed by the backward: no version-counter error, the same gradient
+        got = torch.autograd.grad(out, [x] + [w] * weighted, grad)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e)
+
+
+def test_appnp_keeps_no_step_features_for_its_backward():
+    """appnp_propagate's K recorded sums keep none of their inputs: its backward holds the degree
+    scales and the graph, no feature-sized tensor (before, one per step)."""
+    x = torch.randn(N, 64, dtype=torch.float64, requires_grad=True)
+    scale = torch.rand(N, 1, dtype=torch.float64)
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = OPS.appnp_propagate(GRAPH.tensors(), x, scale, scale, 0.1, 10)
+    assert packed and max(t.untyped_storage().nbytes() for t in packed) < x.nbytes
+    assert torch.autograd.gradcheck(lambda x: OPS.appnp_propagate(GRAPH.tensors(), x, scale, scale, 0.1, 10),
+                                    (x[:, :3].detach().requires_grad_(),))
+    assert out.grad_fn is not None
+
+
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 def test_cuda_without_cuda_kernels_runs_the_jit(family, monkeypatch):
     """Where the extension has no CUDA kernels, the ops' CUDA implementation compiles the variant's

@@ -55,6 +55,7 @@ def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: tor
     saved_bufs = [b for b in fwd.buffers if b.role is Role.SAVED]
     bwd_inputs = {b.key for b in bwd.buffers if b.is_input}
     bwd_outputs = {b.key for b in bwd.buffers if not b.is_input}
+    read_by_backward = [b.key in bwd_inputs for b in input_bufs]
 
     @torch.library.custom_op(f"seastar_layers::program_{name}", mutates_args=())
     def forward(graph: list[Tensor], inputs: list[Tensor]) -> list[Tensor]:
@@ -84,7 +85,10 @@ def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: tor
 
     def setup_context(ctx, inputs, output):
         graph, feats = inputs
-        ctx.save_for_backward(*graph, *feats, *output[len(outputs):])
+        # an input the backward does not read is kept as its shape and dtype alone: a sum's backward needs no
+        # features, and APPNP's K steps would otherwise hold K feature-sized tensors until the backward
+        kept = [t if read else _stand_in(t) for t, read in zip(feats, read_by_backward, strict=True)]
+        ctx.save_for_backward(*graph, *kept, *output[len(outputs):])
         ctx.counts = (len(graph), len(feats))
 
     def grad_fn(ctx, grads):
@@ -103,6 +107,12 @@ def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: tor
     without_gradient = frozenset(b.key for b in input_bufs if b.role is Role.PARAM and not any(
         gradient_key(b.key, bucket) in bwd_outputs for bucket in (Space.DST, Space.SRC)))
     return CompiledOp(forward, backward, input_bufs, outputs, saved_bufs, without_gradient)
+
+
+def _stand_in(t: Tensor) -> Tensor:
+    """t's shape, dtype and device over one element of memory (a stride-0 view): what the backward
+    needs of an input its program does not read."""
+    return t.new_zeros(()).expand(t.shape)
 
 
 def _gradient(buf: Buffer, outs: dict, available: set, like: Tensor) -> Tensor:
