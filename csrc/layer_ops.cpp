@@ -17,7 +17,8 @@
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
 // Python before, op for op, so results are unchanged bit for bit; in inference (plain_values) small
 // projections, gat_conv's scores and bias, and a small graph's APPNP steps come from plain loops, equal
-// up to rounding.
+// up to rounding; the small graph's APPNP steps do also where only h wants a gradient, recorded as one node
+// (AppnpStepsBackward) whose backward is their transpose in plain loops.
 #include "seastar_ops.h"  // check_graph_arrays, kSerialWork
 
 #include <ATen/ATen.h>
@@ -310,13 +311,85 @@ void appnp_steps(const index_t* indptr, const index_t* sources, int64_t rows, in
   }
 }
 
+// appnp_steps' backward, as the recorded steps' ops compute it (up to rounding), on the out-edges' CSR (indptr,
+// destinations): with g_K = grad and, for k = K-1 down to 0, g_k[u] = src_scale[u] * sum over the out-edges u -> v
+// of g_{k+1}[v] * kept[v], grad_h = (g_1 + ... + g_K) * alpha + g_0 (h's teleported share, then h as h_0).
+template <typename T, typename index_t>
+void appnp_steps_backward(const index_t* indptr, const index_t* destinations, int64_t rows, int64_t width,
+                          const T* grad, const T* src_scale, const T* dst_scale, T alpha, T keep, int64_t steps,
+                          T* grad_h) {
+  std::vector<T> kept(rows), current(grad, grad + rows * width), teleported(rows * width, T(0)), scaled(rows * width),
+      sum(width);
+  for (int64_t v = 0; v < rows; ++v) kept[v] = dst_scale[v] * keep;
+  for (int64_t k = 0; k < steps; ++k) {
+    for (int64_t v = 0; v < rows; ++v)
+      for (int64_t f = 0; f < width; ++f) {
+        teleported[v * width + f] += current[v * width + f];
+        scaled[v * width + f] = current[v * width + f] * kept[v];
+      }
+    for (int64_t u = 0; u < rows; ++u) {
+      std::fill(sum.begin(), sum.end(), T(0));
+      for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
+        const T* row = scaled.data() + destinations[e] * width;
+        for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
+      }
+      for (int64_t f = 0; f < width; ++f) current[u * width + f] = sum[f] * src_scale[u];
+    }
+  }
+  for (int64_t i = 0; i < rows * width; ++i) grad_h[i] = teleported[i] * alpha + current[i];
+}
+
+// The backward of appnp_propagate's steps where they run in plain loops while autograd records them (only h wants a
+// gradient): one node for the K steps, whose 3K recorded ops took about two thirds of a layer's call on a 10-vertex
+// graph.
+class AppnpStepsBackward : public torch::autograd::Node {
+ public:
+  AppnpStepsBackward(at::TensorList graph, const at::Tensor& src_scale, const at::Tensor& dst_scale, double alpha,
+                     int64_t steps)
+      : out_indptr_(graph[3], false), destinations_(graph[4], false), src_scale_(src_scale, false),
+        dst_scale_(dst_scale, false), alpha_(alpha), steps_(steps) {}
+
+  std::string name() const override { return "seastar_layers::appnp_propagate_backward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    const at::Tensor indptr = out_indptr_.unpack(), destinations = destinations_.unpack();
+    const at::Tensor src_scale = src_scale_.unpack(), dst_scale = dst_scale_.unpack();
+    const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : input_metadata(0).zeros_like();
+    at::Tensor grad_h = at::empty_like(grad, at::MemoryFormat::Contiguous);
+    AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "seastar_layers::appnp_propagate_backward", [&] {
+      AT_DISPATCH_INDEX_TYPES(indptr.scalar_type(), "seastar_layers::appnp_propagate_backward", [&] {
+        appnp_steps_backward(indptr.const_data_ptr<index_t>(), destinations.const_data_ptr<index_t>(), grad.size(0),
+                             grad.size(1), grad.const_data_ptr<scalar_t>(), src_scale.const_data_ptr<scalar_t>(),
+                             dst_scale.const_data_ptr<scalar_t>(), static_cast<scalar_t>(alpha_),
+                             static_cast<scalar_t>(1 - alpha_), steps_, grad_h.mutable_data_ptr<scalar_t>());
+      });
+    });
+    torch::autograd::variable_list gradients = {grad_h};
+    if (at::GradMode::is_enabled()) refuse_double_backward("seastar_layers::appnp_propagate", gradients, grads, {});
+    return gradients;
+  }
+
+ protected:
+  void release_variables() override {  // a second backward then raises torch's own error
+    for (auto* v : {&out_indptr_, &destinations_, &src_scale_, &dst_scale_}) v->reset_data();
+  }
+
+ private:
+  torch::autograd::SavedVariable out_indptr_, destinations_, src_scale_, dst_scale_;
+  double alpha_;
+  int64_t steps_;
+};
+
 // Whether appnp_propagate's steps run in appnp_steps: plain_values on one square graph with one row of
 // h per vertex and one scale per row (the shapes the layers pass; others broadcast in the ops), and
 // each step's work (edges and rows, times the features) below torch's grain size, where the program's
 // kernel runs on one thread too. On a 10-vertex graph a step through its four ops (a multiply, the
 // program's op, addcmul) cost about 4.5 us, against well under 1 us of arithmetic.
 bool plain_steps(at::TensorList graph, const at::Tensor& h, const at::Tensor& src_scale, const at::Tensor& dst_scale) {
-  if (h.dim() != 2 || !plain_values({&h, &src_scale, &dst_scale})) return false;
+  // h may want a gradient (AppnpStepsBackward), not through forward-mode AD; the scales may not
+  if (h.dim() != 2 || h._fw_grad(/*level=*/0).defined() || !plain_values({&src_scale, &dst_scale})) return false;
+  if (h.scalar_type() != src_scale.scalar_type() || !h.is_cpu() || !h.is_contiguous() || at::isTensorSubclassLike(h))
+    return false;
   for (const at::Tensor* scale : {&src_scale, &dst_scale})
     if (scale->dim() != 2 || scale->size(0) != h.size(0) || scale->size(1) != 1) return false;
   for (const at::Tensor& t : graph)
@@ -331,7 +404,7 @@ at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::
   TORCH_CHECK_VALUE(steps >= 0, "seastar_layers::appnp_propagate: 'steps' must be >= 0, got ", steps);
   static const auto weighted_sum = program<WeightedSum>("seastar_layers::weighted_sum");
   if (steps > 0 && plain_steps(graph, h, src_scale, dst_scale)) {
-    at::Tensor out = at::empty_like(h);
+    at::Tensor out = at::empty_like(h, at::MemoryFormat::Contiguous);
     AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "seastar_layers::appnp_propagate", [&] {
       AT_DISPATCH_INDEX_TYPES(graph[0].scalar_type(), "seastar_layers::appnp_propagate", [&] {
         // as the ops take a Python float beside a tensor of scalar_t: rounded to scalar_t
@@ -341,6 +414,11 @@ at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::
                     static_cast<scalar_t>(1 - alpha), steps, out.mutable_data_ptr<scalar_t>());
       });
     });
+    if (at::GradMode::is_enabled() && h.requires_grad()) {
+      auto node = make_node<AppnpStepsBackward>(graph, src_scale, dst_scale, alpha, steps);
+      node->set_next_edges(torch::autograd::collect_next_edges(h));
+      torch::autograd::set_history(out, node);
+    }
     return out;
   }
   const at::Tensor kept = dst_scale * (1 - alpha);

@@ -692,6 +692,19 @@ auto make_node(Args&&... args) {
     return std::make_shared<N>(std::forward<Args>(args)...);
 }
 
+// The gradients a node returns have no gradient of their own: a backward through them (create_graph=True) raises,
+// naming the op, instead of silently treating them as constants.
+inline void refuse_double_backward(const std::string& op, const std::vector<at::Tensor>& gradients,
+                                   const torch::autograd::variable_list& grads, const std::vector<at::Tensor>& inputs) {
+  if (!torch::autograd::compute_requires_grad(grads, inputs)) return;
+  auto error = make_node<torch::autograd::Error>(
+      op + " has no double backward: its gradients cannot be differentiated again (create_graph=True through a "
+      "seastar_layers layer); compute higher-order gradients with the stock PyG or DGL layer",
+      torch::autograd::collect_next_edges(grads, inputs));
+  for (const at::Tensor& g : gradients)
+    if (g.defined() && torch::autograd::isDifferentiableType(g.scalar_type())) torch::autograd::set_history(g, error);
+}
+
 class OpBackward : public torch::autograd::Node {
  public:
   // read[i]: whether the backward reads argument i. One it does not read is kept as a stride-0 stand-in of its
@@ -727,7 +740,7 @@ class OpBackward : public torch::autograd::Node {
     }
     for (size_t i = 0; i < gradients.size(); ++i)
       if (!should_compute_output(i)) gradients[i] = at::Tensor();
-    if (at::GradMode::is_enabled()) no_double_backward(gradients, grads, given);  // create_graph=True
+    if (at::GradMode::is_enabled()) refuse_double_backward(family_.op, gradients, grads, given);  // create_graph
     return gradients;
   }
 
@@ -739,19 +752,6 @@ class OpBackward : public torch::autograd::Node {
   }
 
  private:
-  // The gradients have no gradient of their own: a backward through them raises, naming the op,
-  // instead of silently treating them as constants.
-  void no_double_backward(const std::vector<at::Tensor>& gradients, const torch::autograd::variable_list& grads,
-                          const std::vector<at::Tensor>& given) const {
-    if (!torch::autograd::compute_requires_grad(grads, given)) return;
-    auto error = make_node<torch::autograd::Error>(
-        std::string(family_.op) + " has no double backward: its gradients cannot be differentiated again "
-        "(create_graph=True through a seastar_layers layer); compute higher-order gradients with the "
-        "stock PyG or DGL layer", torch::autograd::collect_next_edges(grads, given));
-    for (const at::Tensor& g : gradients)
-      if (g.defined() && torch::autograd::isDifferentiableType(g.scalar_type())) torch::autograd::set_history(g, error);
-  }
-
   static std::vector<at::Tensor> unpack(const std::vector<torch::autograd::SavedVariable>& vars) {
     std::vector<at::Tensor> out;
     out.reserve(vars.size());

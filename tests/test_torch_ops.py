@@ -290,8 +290,9 @@ def test_appnp_propagate_inference_steps_equal_the_recorded_ones():
             ran = {event.name for event in profile.events()}
             assert ("seastar_layers::weighted_sum" in ran) == (rows == 300), ran
             assert ("aten::addcmul" in ran) == (rows == 300), ran
-            recorded = OPS.appnp_propagate(graph.tensors(), h.clone().requires_grad_(), src_scale, dst_scale, 0.1, 5)
-            assert recorded.requires_grad
+            # the scales wanting a gradient: the recorded ops, not the loop's own node
+            recorded = OPS.appnp_propagate(graph.tensors(), h, src_scale.clone().requires_grad_(), dst_scale, 0.1, 5)
+            assert recorded.grad_fn.name() == "AddcmulBackward0"
             torch.testing.assert_close(plain, recorded.detach())
     # the loop checks the graph as the program's op does: an index out of range raises, naming the array
     broken = [t.clone() for t in GRAPH.tensors()]
@@ -798,16 +799,53 @@ def test_the_backward_keeps_only_the_arguments_it_reads():
 
 def test_appnp_keeps_no_step_features_for_its_backward():
     """appnp_propagate's K recorded sums keep none of their inputs: its backward holds the degree
-    scales and the graph, no feature-sized tensor (before, one per step)."""
-    x = torch.randn(N, 64, dtype=torch.float64, requires_grad=True)
+    scales and the graph, no feature-sized tensor (before, one per step). 1024 features put the steps
+    past torch's grain size, where they run as recorded ops, not as plain loops."""
+    x = torch.randn(N, 1024, dtype=torch.float64, requires_grad=True)
     scale = torch.rand(N, 1, dtype=torch.float64)
     packed = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
         out = OPS.appnp_propagate(GRAPH.tensors(), x, scale, scale, 0.1, 10)
+    assert out.grad_fn.name() == "AddcmulBackward0"
     assert packed and max(t.untyped_storage().nbytes() for t in packed) < x.nbytes
-    assert torch.autograd.gradcheck(lambda x: OPS.appnp_propagate(GRAPH.tensors(), x, scale, scale, 0.1, 10),
-                                    (x[:, :3].detach().requires_grad_(),))
-    assert out.grad_fn is not None
+    reference = x.detach().clone().requires_grad_()
+    grad = torch.randn_like(out)
+    torch.testing.assert_close(torch.autograd.grad(out, x, grad)[0], torch.autograd.grad(
+        appnp_reference(reference, scale, scale, 0.1, 10), reference, grad)[0])
+
+
+def test_small_recorded_appnp_steps_are_one_node():
+    """On a small graph where only h wants a gradient, appnp_propagate runs its steps in the plain loop
+    and records one node, whose backward is their transpose in plain loops (no weighted_sum, no
+    addcmul either way): equal to the recorded ops (the scales wanting gradients takes those) in
+    float32 and float64, gradcheck in float64; a second backward and a double backward raise as the
+    programs' ops do."""
+    gen = torch.Generator().manual_seed(8)
+    for dtype in (torch.float32, torch.float64):
+        h = torch.randn(N, 16, dtype=dtype, generator=gen, requires_grad=True)
+        src_scale, dst_scale = (torch.rand(N, 1, dtype=dtype, generator=gen) + 0.5 for _ in range(2))
+        grad = torch.randn(N, 16, dtype=dtype, generator=gen)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            out = OPS.appnp_propagate(GRAPH.tensors(), h, src_scale, dst_scale, 0.1, 6)
+            (got,) = torch.autograd.grad(out, h, grad)
+        ran = {event.name for event in profile.events()}
+        assert not {"seastar_layers::weighted_sum", "seastar_layers::weighted_sum_backward", "aten::addcmul"} & ran
+        assert out.grad_fn.name() == "seastar_layers::appnp_propagate_backward"
+        recorded = OPS.appnp_propagate(GRAPH.tensors(), h, src_scale.clone().requires_grad_(), dst_scale, 0.1, 6)
+        assert recorded.grad_fn.name() == "AddcmulBackward0"
+        torch.testing.assert_close(out, recorded)
+        torch.testing.assert_close(got, torch.autograd.grad(recorded, h, grad)[0])
+    h = torch.randn(N, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    scale = torch.rand(N, 1, dtype=torch.float64, generator=gen)
+    assert torch.autograd.gradcheck(lambda h: OPS.appnp_propagate(GRAPH.tensors(), h, scale, scale, 0.2, 4), (h,))
+    loss = OPS.appnp_propagate(GRAPH.tensors(), h, scale, scale, 0.2, 4).pow(2).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    out = OPS.appnp_propagate(GRAPH.tensors(), h, scale, scale, 0.2, 4)
+    (grad,) = torch.autograd.grad(out.pow(2).sum(), h, create_graph=True)
+    with pytest.raises(RuntimeError, match="seastar_layers::appnp_propagate has no double backward"):
+        grad.sum().backward()
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
