@@ -17,8 +17,9 @@
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
 // Python before, op for op, so results are unchanged bit for bit; in inference (plain_values) small
 // projections, gat_conv's scores and bias, and a small graph's APPNP steps come from plain loops, equal
-// up to rounding; the small graph's APPNP steps do also where only h wants a gradient, recorded as one node
-// (AppnpStepsBackward) whose backward is their transpose in plain loops.
+// up to rounding. On a small graph APPNP's steps and gcn_conv run in plain loops also where gradients are
+// wanted (of h; of x, weight and bias), each recorded as one node (AppnpStepsBackward, GcnConvBackward) whose
+// backward is their transpose in plain loops.
 #include "seastar_ops.h"  // check_graph_arrays, kSerialWork
 
 #include <ATen/ATen.h>
@@ -260,6 +261,202 @@ std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, 
   return {out, results[1]};
 }
 
+// gcn_conv in plain loops, for a small graph (plain_gcn): h = x @ weight^T (or x); scaled = h * src_scale per row;
+// out[v] = sum over v's in-edges u, in CSR order, of (edge weight *) scaled[u]; * dst_scale[v]; + bias. Absent
+// options are null. Each is the op the recorded path runs, in the same order.
+template <typename T, typename index_t>
+void gcn_rows(const index_t* indptr, const index_t* sources, const index_t* eids, int64_t rows_dst, int64_t rows_src,
+              int64_t width, const T* h, const T* src_scale, const T* dst_scale, const T* edge_weight, const T* bias,
+              T* out) {
+  std::vector<T> scaled(h, h + rows_src * width), sum(width);
+  if (src_scale != nullptr)
+    for (int64_t u = 0; u < rows_src; ++u)
+      for (int64_t f = 0; f < width; ++f) scaled[u * width + f] *= src_scale[u];
+  for (int64_t v = 0; v < rows_dst; ++v) {
+    std::fill(sum.begin(), sum.end(), T(0));
+    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+      const T* row = scaled.data() + sources[e] * width;
+      if (edge_weight == nullptr) {
+        for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
+      } else {
+        const T w = edge_weight[eids[e]];
+        for (int64_t f = 0; f < width; ++f) sum[f] += w * row[f];
+      }
+    }
+    T* o = out + v * width;
+    for (int64_t f = 0; f < width; ++f) o[f] = dst_scale != nullptr ? sum[f] * dst_scale[v] : sum[f];
+    if (bias != nullptr)
+      for (int64_t f = 0; f < width; ++f) o[f] += bias[f];
+  }
+}
+
+// gcn_rows' transpose, from the out-edges' CSR (indptr, destinations, eids): the gradient of h from the gradient
+// of out, grad_h[u] = src_scale[u] * sum over u's out-edges v of (edge weight *) grad[v] * dst_scale[v].
+template <typename T, typename index_t>
+void gcn_rows_backward(const index_t* indptr, const index_t* destinations, const index_t* eids, int64_t rows_src,
+                       int64_t rows_dst, int64_t width, const T* grad, const T* src_scale, const T* dst_scale,
+                       const T* edge_weight, T* grad_h) {
+  std::vector<T> scaled(grad, grad + rows_dst * width), sum(width);
+  if (dst_scale != nullptr)
+    for (int64_t v = 0; v < rows_dst; ++v)
+      for (int64_t f = 0; f < width; ++f) scaled[v * width + f] *= dst_scale[v];
+  for (int64_t u = 0; u < rows_src; ++u) {
+    std::fill(sum.begin(), sum.end(), T(0));
+    for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
+      const T* row = scaled.data() + destinations[e] * width;
+      if (edge_weight == nullptr) {
+        for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
+      } else {
+        const T w = edge_weight[eids[e]];
+        for (int64_t f = 0; f < width; ++f) sum[f] += w * row[f];
+      }
+    }
+    for (int64_t f = 0; f < width; ++f) grad_h[u * width + f] = src_scale != nullptr ? sum[f] * src_scale[u] : sum[f];
+  }
+}
+
+template <typename T>
+const T* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr<T>() : nullptr; }
+
+// The backward of gcn_conv's plain loops where autograd records them: the gradients of x, weight and bias (those
+// wanted), the projection's by plain products, as small as the forward's. The scales and edge weights are constants.
+class GcnConvBackward : public torch::autograd::Node {
+ public:
+  GcnConvBackward(at::TensorList graph, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& src_scale,
+                  const at::Tensor& dst_scale, const at::Tensor& edge_weight, bool with_bias)
+      : indptr_(graph[3], false), destinations_(graph[4], false), eids_(graph[5], false), x_(x, false),
+        weight_(weight, false), src_scale_(src_scale, false), dst_scale_(dst_scale, false),
+        edge_weight_(edge_weight, false), with_weight_(weight.defined()), with_bias_(with_bias) {}
+
+  std::string name() const override { return "seastar_layers::gcn_conv_backward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    const at::Tensor indptr = indptr_.unpack(), destinations = destinations_.unpack(), eids = eids_.unpack();
+    const at::Tensor x = x_.unpack(), weight = with_weight_ ? weight_.unpack() : at::Tensor();
+    const at::Tensor src_scale = src_scale_.unpack(), dst_scale = dst_scale_.unpack();
+    const at::Tensor edge_weight = edge_weight_.unpack();
+    const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : input_metadata(0).zeros_like();
+    const int64_t rows_src = x.size(0), rows_dst = grad.size(0), width = grad.size(1), in = x.size(1);
+    torch::autograd::variable_list gradients(3);
+    if (with_bias_ && should_compute_output(2)) gradients[2] = grad.sum(0);
+    if (!should_compute_output(0) && !(with_weight_ && should_compute_output(1))) return finish(gradients, grads);
+    at::Tensor grad_h = at::empty({rows_src, width}, grad.options());
+    AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "seastar_layers::gcn_conv_backward", [&] {
+      AT_DISPATCH_INDEX_TYPES(indptr.scalar_type(), "seastar_layers::gcn_conv_backward", [&] {
+        gcn_rows_backward(indptr.const_data_ptr<index_t>(), destinations.const_data_ptr<index_t>(),
+                          eids.const_data_ptr<index_t>(), rows_src, rows_dst, width, grad.const_data_ptr<scalar_t>(),
+                          data_or_null<scalar_t>(src_scale), data_or_null<scalar_t>(dst_scale),
+                          data_or_null<scalar_t>(edge_weight), grad_h.mutable_data_ptr<scalar_t>());
+      });
+      if (!with_weight_) {
+        gradients[0] = grad_h;
+        return;
+      }
+      const scalar_t* g = grad_h.const_data_ptr<scalar_t>();
+      if (should_compute_output(0)) {  // grad_h @ weight
+        at::Tensor grad_x = at::zeros({rows_src, in}, grad.options());
+        scalar_t* gx = grad_x.mutable_data_ptr<scalar_t>();
+        const scalar_t* w = weight.const_data_ptr<scalar_t>();
+        for (int64_t u = 0; u < rows_src; ++u)
+          for (int64_t o = 0; o < width; ++o)
+            for (int64_t i = 0; i < in; ++i) gx[u * in + i] += g[u * width + o] * w[o * in + i];
+        gradients[0] = grad_x;
+      }
+      if (should_compute_output(1)) {  // grad_h^T @ x
+        at::Tensor grad_weight = at::zeros({width, in}, grad.options());
+        scalar_t* gw = grad_weight.mutable_data_ptr<scalar_t>();
+        const scalar_t* xs = x.const_data_ptr<scalar_t>();
+        for (int64_t u = 0; u < rows_src; ++u)
+          for (int64_t o = 0; o < width; ++o)
+            for (int64_t i = 0; i < in; ++i) gw[o * in + i] += g[u * width + o] * xs[u * in + i];
+        gradients[1] = grad_weight;
+      }
+    });
+    return finish(gradients, grads);
+  }
+
+ protected:
+  void release_variables() override {  // a second backward then raises torch's own error
+    for (auto* v : {&indptr_, &destinations_, &eids_, &x_, &weight_, &src_scale_, &dst_scale_, &edge_weight_})
+      v->reset_data();
+  }
+
+ private:
+  torch::autograd::variable_list finish(torch::autograd::variable_list& gradients,
+                                        const torch::autograd::variable_list& grads) const {
+    if (at::GradMode::is_enabled()) refuse_double_backward("seastar_layers::gcn_conv", gradients, grads, {});
+    return gradients;
+  }
+
+  torch::autograd::SavedVariable indptr_, destinations_, eids_, x_, weight_, src_scale_, dst_scale_, edge_weight_;
+  bool with_weight_, with_bias_;
+};
+
+// Whether gcn_conv runs in plain loops: 2-d CPU features on a graph whose sum (its edges and destinations, times
+// the width) is below torch's grain size, a projection plain_project would take, every tensor contiguous and of
+// the features' float type, untraced and without forward-mode AD; x, weight and bias may want gradients
+// (GcnConvBackward), the scales and edge weights not. On a 10-vertex graph the recorded path's five ops (the
+// projection, two scalings, the weighted_sum program, the bias) took about 20 us of PyG's GCNConv's 51.
+bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight, const OptionalTensor& src_scale,
+               const OptionalTensor& dst_scale, const OptionalTensor& edge_weight, const OptionalTensor& bias) {
+  const at::ScalarType dtype = x.scalar_type();
+  if (x.dim() != 2 || (dtype != at::kFloat && dtype != at::kDouble)) return false;
+  const auto plain = [&](const at::Tensor& t) {
+    return t.is_cpu() && t.scalar_type() == dtype && t.is_contiguous() && !at::isTensorSubclassLike(t) &&
+           !t._fw_grad(/*level=*/0).defined();
+  };
+  const bool recording = at::GradMode::is_enabled();
+  for (const OptionalTensor* constant : {&src_scale, &dst_scale, &edge_weight})
+    if (constant->has_value() && (!plain(**constant) || (recording && (*constant)->requires_grad()))) return false;
+  for (const OptionalTensor* t : {&weight, &bias})
+    if (t->has_value() && !plain(**t)) return false;
+  if (!plain(x)) return false;
+  int64_t width = x.size(1);
+  if (weight.has_value()) {
+    if (weight->dim() != 2 || weight->size(1) != x.size(1) || x.size(0) * x.size(1) * weight->size(0) > kPlainProduct)
+      return false;
+    width = weight->size(0);
+  }
+  if (bias.has_value() && (bias->dim() != 1 || bias->size(0) != width)) return false;
+  for (const at::Tensor& t : graph)
+    if (!t.defined() || !t.is_cpu() || at::isTensorSubclassLike(t)) return false;
+  // the checks the program's op makes (raising as it would): every index the loops read is in range
+  const GraphSizes sizes = check_graph_arrays("seastar_layers::gcn_conv", graph);
+  if (sizes[0] != x.size(0) || (sizes[2] + sizes[1]) * width >= kSerialWork) return false;
+  const auto rows_of = [](const OptionalTensor& scale, int64_t rows) {
+    return !scale.has_value() || (scale->dim() == 2 && scale->size(0) == rows && scale->size(1) == 1);
+  };
+  return rows_of(src_scale, sizes[0]) && rows_of(dst_scale, sizes[1]) &&
+         (!edge_weight.has_value() || (edge_weight->dim() == 1 && edge_weight->size(0) == sizes[2]));
+}
+
+at::Tensor plain_gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
+                          const OptionalTensor& src_scale, const OptionalTensor& dst_scale,
+                          const OptionalTensor& edge_weight, const OptionalTensor& bias) {
+  const auto or_undefined = [](const OptionalTensor& t) { return t.has_value() ? *t : at::Tensor(); };
+  const at::Tensor h = weight.has_value() ? plain_project(x, *weight) : x;
+  const int64_t rows_dst = graph[0].numel() - 1, width = h.size(1);
+  at::Tensor out = at::empty({rows_dst, width}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "seastar_layers::gcn_conv", [&] {
+    AT_DISPATCH_INDEX_TYPES(graph[0].scalar_type(), "seastar_layers::gcn_conv", [&] {
+      gcn_rows(graph[0].const_data_ptr<index_t>(), graph[1].const_data_ptr<index_t>(),
+               graph[2].const_data_ptr<index_t>(), rows_dst, h.size(0), width, h.const_data_ptr<scalar_t>(),
+               data_or_null<scalar_t>(or_undefined(src_scale)), data_or_null<scalar_t>(or_undefined(dst_scale)),
+               data_or_null<scalar_t>(or_undefined(edge_weight)), data_or_null<scalar_t>(or_undefined(bias)),
+               out.mutable_data_ptr<scalar_t>());
+    });
+  });
+  const bool wanted = x.requires_grad() || (weight.has_value() && weight->requires_grad()) ||
+                      (bias.has_value() && bias->requires_grad());
+  if (at::GradMode::is_enabled() && wanted) {
+    auto node = make_node<GcnConvBackward>(graph, x, or_undefined(weight), or_undefined(src_scale),
+                                           or_undefined(dst_scale), or_undefined(edge_weight), bias.has_value());
+    node->set_next_edges(torch::autograd::collect_next_edges(x, or_undefined(weight), or_undefined(bias)));
+    torch::autograd::set_history(out, node);
+  }
+  return out;
+}
+
 // PyG's GCNConv where its normalisation follows from degrees (or comes as edge weights):
 //   h = project(x, weight); h * src_scale (per source row); the weighted_sum program over the rows (the
 //   features' axes after the first folded into one), with one weight per edge or none; * dst_scale;
@@ -271,6 +468,8 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
   const c10::SymInt num_dst = destinations(graph, "seastar_layers::gcn_conv");
   TORCH_CHECK_VALUE(x.dim() >= 2, "seastar_layers::gcn_conv: 'x' must have one row of features per source vertex, "
                     "got shape ", x.sym_sizes());
+  if (plain_gcn(graph, x, weight, src_scale, dst_scale, edge_weight, bias))
+    return plain_gcn_conv(graph, x, weight, src_scale, dst_scale, edge_weight, bias);
   at::Tensor h = project(x, weight);
   const at::ScalarType dtype = h.scalar_type();
   if (src_scale.has_value()) h = h * src_scale->to(dtype);

@@ -454,8 +454,63 @@ def test_gcn_conv_inference_projection_equals_the_recorded_one():
     with torch.no_grad(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         plain = OPS.gcn_conv(GRAPH.tensors(), x, weight, scale, scale, None, None)
     assert "aten::mm" not in {event.name for event in profile.events()}
-    recorded = OPS.gcn_conv(GRAPH.tensors(), x, weight.clone().requires_grad_(), scale, scale, None, None)
+    # a scale wanting a gradient takes the recorded ops (the plain loops' node takes only x, weight and bias)
+    recorded = OPS.gcn_conv(GRAPH.tensors(), x, weight, scale.clone().requires_grad_(), scale, None, None)
+    assert recorded.grad_fn.name() == "MulBackward0"
     torch.testing.assert_close(plain, recorded.detach())
+
+
+@pytest.mark.parametrize("edge_weights", [False, True], ids=["degree scales", "edge weights"])
+@pytest.mark.parametrize("projected", [False, True], ids=["features", "projection"])
+def test_small_recorded_gcn_conv_is_one_node(edge_weights, projected):
+    """On a small graph where x, the weight and the bias want gradients (the scales and edge weights
+    are constants, as the layers pass them), gcn_conv runs in plain loops and records one node whose
+    backward is their transpose in plain loops (no mm, no weighted_sum either way): equal to the
+    recorded ops (a scale wanting a gradient takes those) in float32 and float64, whichever of x,
+    weight and bias want gradients; gradcheck in float64; a second and a double backward raise as
+    the programs' ops do."""
+    gen = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(N, 5, dtype=dtype, generator=gen)
+        weight = torch.randn(7, 5, dtype=dtype, generator=gen) if projected else None
+        bias = torch.randn(7 if projected else 5, dtype=dtype, generator=gen)
+        src_scale, dst_scale = (torch.rand(N, 1, dtype=dtype, generator=gen) + 0.5 for _ in range(2))
+        w = torch.rand(GRAPH.num_edges, dtype=dtype, generator=gen) if edge_weights else None
+        for wanted in ([x, weight, bias], [x], [bias], [weight]):
+            wanted = [t for t in wanted if t is not None]
+            if not wanted:
+                continue
+            for t in (x, weight, bias):
+                if t is not None:
+                    t.requires_grad_(any(t is u for u in wanted))
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+                out = OPS.gcn_conv(GRAPH.tensors(), x, weight, src_scale, dst_scale, w, bias)
+                grad = torch.randn_like(out)
+                got = torch.autograd.grad(out, wanted, grad)
+            ran = {event.name for event in profile.events()}
+            assert not {"aten::mm", "seastar_layers::weighted_sum", "seastar_layers::weighted_sum_backward"} & ran
+            assert out.grad_fn.name() == "seastar_layers::gcn_conv_backward"
+            recorded = OPS.gcn_conv(GRAPH.tensors(), x, weight, src_scale.clone().requires_grad_(), dst_scale, w, bias)
+            torch.testing.assert_close(out, recorded)
+            for g, e in zip(got, torch.autograd.grad(recorded, wanted, grad), strict=True):
+                torch.testing.assert_close(g, e)
+    x, bias = x.detach().requires_grad_(), bias.detach().requires_grad_()
+    weight = None if weight is None else weight.detach().requires_grad_()
+    given = [t for t in (x, weight, bias) if t is not None]
+
+    def conv(*tensors):
+        it = iter(tensors)
+        pick = [next(it) if t is not None else None for t in (x, weight, bias)]
+        return OPS.gcn_conv(GRAPH.tensors(), pick[0], pick[1], src_scale, dst_scale, w, pick[2])
+
+    assert torch.autograd.gradcheck(conv, given)
+    loss = conv(*given).pow(2).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    (grad,) = torch.autograd.grad(conv(*given).pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="seastar_layers::gcn_conv has no double backward"):
+        grad.sum().backward()
 
 
 def test_gat_conv_dropout_is_the_programs():
