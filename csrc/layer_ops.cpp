@@ -261,21 +261,25 @@ std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, 
   return {out, results[1]};
 }
 
-// gcn_conv in plain loops, for a small graph (plain_gcn): h = x @ weight^T (or x); scaled = h * src_scale per row;
-// out[v] = sum over v's in-edges u, in CSR order, of (edge weight *) scaled[u]; * dst_scale[v]; + bias. Absent
-// options are null. Each is the op the recorded path runs, in the same order.
+// One scaled neighbour sum in plain loops, over a CSR (indptr, neighbours, eids) with `rows` rows:
+//   out[r] = (sum over r's edges to n, in CSR order, of (edge_weight[eid] *) values[n] * before[n]) * after[r]
+//            (+ bias),
+// each product and sum as the recorded ops (the weighted_sum program) compute it; a null option is absent. It
+// reads all of `values` before it writes `out`, which may be `values`. gcn_conv's plain forward is one over the
+// in-edges (before: the source scales, after: the destination scales), its backward one over the out-edges with
+// the scales swapped; APPNP's steps are one each, forward and backward.
 template <typename T, typename index_t>
-void gcn_rows(const index_t* indptr, const index_t* sources, const index_t* eids, int64_t rows_dst, int64_t rows_src,
-              int64_t width, const T* h, const T* src_scale, const T* dst_scale, const T* edge_weight, const T* bias,
-              T* out) {
-  std::vector<T> scaled(h, h + rows_src * width), sum(width);
-  if (src_scale != nullptr)
-    for (int64_t u = 0; u < rows_src; ++u)
-      for (int64_t f = 0; f < width; ++f) scaled[u * width + f] *= src_scale[u];
-  for (int64_t v = 0; v < rows_dst; ++v) {
+void scaled_neighbour_sum(const index_t* indptr, const index_t* neighbours, const index_t* eids, int64_t rows,
+                          int64_t neighbour_rows, int64_t width, const T* values, const T* before, const T* after,
+                          const T* edge_weight, const T* bias, T* out) {
+  std::vector<T> scaled(values, values + neighbour_rows * width), sum(width);
+  if (before != nullptr)
+    for (int64_t n = 0; n < neighbour_rows; ++n)
+      for (int64_t f = 0; f < width; ++f) scaled[n * width + f] *= before[n];
+  for (int64_t r = 0; r < rows; ++r) {
     std::fill(sum.begin(), sum.end(), T(0));
-    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-      const T* row = scaled.data() + sources[e] * width;
+    for (int64_t e = indptr[r]; e < indptr[r + 1]; ++e) {
+      const T* row = scaled.data() + neighbours[e] * width;
       if (edge_weight == nullptr) {
         for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
       } else {
@@ -283,35 +287,10 @@ void gcn_rows(const index_t* indptr, const index_t* sources, const index_t* eids
         for (int64_t f = 0; f < width; ++f) sum[f] += w * row[f];
       }
     }
-    T* o = out + v * width;
-    for (int64_t f = 0; f < width; ++f) o[f] = dst_scale != nullptr ? sum[f] * dst_scale[v] : sum[f];
+    T* o = out + r * width;
+    for (int64_t f = 0; f < width; ++f) o[f] = after != nullptr ? sum[f] * after[r] : sum[f];
     if (bias != nullptr)
       for (int64_t f = 0; f < width; ++f) o[f] += bias[f];
-  }
-}
-
-// gcn_rows' transpose, from the out-edges' CSR (indptr, destinations, eids): the gradient of h from the gradient
-// of out, grad_h[u] = src_scale[u] * sum over u's out-edges v of (edge weight *) grad[v] * dst_scale[v].
-template <typename T, typename index_t>
-void gcn_rows_backward(const index_t* indptr, const index_t* destinations, const index_t* eids, int64_t rows_src,
-                       int64_t rows_dst, int64_t width, const T* grad, const T* src_scale, const T* dst_scale,
-                       const T* edge_weight, T* grad_h) {
-  std::vector<T> scaled(grad, grad + rows_dst * width), sum(width);
-  if (dst_scale != nullptr)
-    for (int64_t v = 0; v < rows_dst; ++v)
-      for (int64_t f = 0; f < width; ++f) scaled[v * width + f] *= dst_scale[v];
-  for (int64_t u = 0; u < rows_src; ++u) {
-    std::fill(sum.begin(), sum.end(), T(0));
-    for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
-      const T* row = scaled.data() + destinations[e] * width;
-      if (edge_weight == nullptr) {
-        for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
-      } else {
-        const T w = edge_weight[eids[e]];
-        for (int64_t f = 0; f < width; ++f) sum[f] += w * row[f];
-      }
-    }
-    for (int64_t f = 0; f < width; ++f) grad_h[u * width + f] = src_scale != nullptr ? sum[f] * src_scale[u] : sum[f];
   }
 }
 
@@ -343,10 +322,12 @@ class GcnConvBackward : public torch::autograd::Node {
     at::Tensor grad_h = at::empty({rows_src, width}, grad.options());
     AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "seastar_layers::gcn_conv_backward", [&] {
       AT_DISPATCH_INDEX_TYPES(indptr.scalar_type(), "seastar_layers::gcn_conv_backward", [&] {
-        gcn_rows_backward(indptr.const_data_ptr<index_t>(), destinations.const_data_ptr<index_t>(),
-                          eids.const_data_ptr<index_t>(), rows_src, rows_dst, width, grad.const_data_ptr<scalar_t>(),
-                          data_or_null<scalar_t>(src_scale), data_or_null<scalar_t>(dst_scale),
-                          data_or_null<scalar_t>(edge_weight), grad_h.mutable_data_ptr<scalar_t>());
+        // the sum's transpose: over the out-edges, the destinations' scales first
+        scaled_neighbour_sum(indptr.const_data_ptr<index_t>(), destinations.const_data_ptr<index_t>(),
+                             eids.const_data_ptr<index_t>(), rows_src, rows_dst, width, grad.const_data_ptr<scalar_t>(),
+                             data_or_null<scalar_t>(dst_scale), data_or_null<scalar_t>(src_scale),
+                             data_or_null<scalar_t>(edge_weight), static_cast<const scalar_t*>(nullptr),
+                             grad_h.mutable_data_ptr<scalar_t>());
       });
       if (!with_weight_) {
         gradients[0] = grad_h;
@@ -439,11 +420,12 @@ at::Tensor plain_gcn_conv(at::TensorList graph, const at::Tensor& x, const Optio
   at::Tensor out = at::empty({rows_dst, width}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "seastar_layers::gcn_conv", [&] {
     AT_DISPATCH_INDEX_TYPES(graph[0].scalar_type(), "seastar_layers::gcn_conv", [&] {
-      gcn_rows(graph[0].const_data_ptr<index_t>(), graph[1].const_data_ptr<index_t>(),
-               graph[2].const_data_ptr<index_t>(), rows_dst, h.size(0), width, h.const_data_ptr<scalar_t>(),
-               data_or_null<scalar_t>(or_undefined(src_scale)), data_or_null<scalar_t>(or_undefined(dst_scale)),
-               data_or_null<scalar_t>(or_undefined(edge_weight)), data_or_null<scalar_t>(or_undefined(bias)),
-               out.mutable_data_ptr<scalar_t>());
+      scaled_neighbour_sum(graph[0].const_data_ptr<index_t>(), graph[1].const_data_ptr<index_t>(),
+                           graph[2].const_data_ptr<index_t>(), rows_dst, h.size(0), width, h.const_data_ptr<scalar_t>(),
+                           data_or_null<scalar_t>(or_undefined(src_scale)),
+                           data_or_null<scalar_t>(or_undefined(dst_scale)),
+                           data_or_null<scalar_t>(or_undefined(edge_weight)),
+                           data_or_null<scalar_t>(or_undefined(bias)), out.mutable_data_ptr<scalar_t>());
     });
   });
   const bool wanted = x.requires_grad() || (weight.has_value() && weight->requires_grad()) ||
@@ -486,27 +468,17 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
 }
 
 // appnp_propagate's steps for plain_values, on the in-edges' CSR (indptr, sources) of a graph with `rows`
-// vertices, each step as the ops below compute it: scaled = h_k * src_scale; the in-edges' sum of scaled
-// rows in CSR order (as the weighted_sum kernel adds them); teleported + sum * kept. Each step reads all
-// of h_k before it writes out, so out holds h_k from the second step on.
+// vertices, each step as the ops compute it: the in-edges' sum of h_k * src_scale, * kept, + teleported.
 template <typename T, typename index_t>
 void appnp_steps(const index_t* indptr, const index_t* sources, int64_t rows, int64_t width, const T* h,
                  const T* src_scale, const T* dst_scale, T alpha, T keep, int64_t steps, T* out) {
-  std::vector<T> teleported(rows * width), kept(rows), scaled(rows * width), sum(width);
+  std::vector<T> teleported(rows * width), kept(rows);
   for (int64_t i = 0; i < rows * width; ++i) teleported[i] = h[i] * alpha;
   for (int64_t v = 0; v < rows; ++v) kept[v] = dst_scale[v] * keep;
-  const T* current = h;
-  for (int64_t k = 0; k < steps; ++k, current = out) {
-    for (int64_t u = 0; u < rows; ++u)
-      for (int64_t f = 0; f < width; ++f) scaled[u * width + f] = current[u * width + f] * src_scale[u];
-    for (int64_t v = 0; v < rows; ++v) {
-      std::fill(sum.begin(), sum.end(), T(0));
-      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-        const T* row = scaled.data() + sources[e] * width;
-        for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
-      }
-      for (int64_t f = 0; f < width; ++f) out[v * width + f] = teleported[v * width + f] + sum[f] * kept[v];
-    }
+  for (int64_t k = 0; k < steps; ++k) {
+    scaled_neighbour_sum<T, index_t>(indptr, sources, nullptr, rows, rows, width, k == 0 ? h : out, src_scale,
+                                     kept.data(), nullptr, nullptr, out);
+    for (int64_t i = 0; i < rows * width; ++i) out[i] += teleported[i];
   }
 }
 
@@ -517,23 +489,12 @@ template <typename T, typename index_t>
 void appnp_steps_backward(const index_t* indptr, const index_t* destinations, int64_t rows, int64_t width,
                           const T* grad, const T* src_scale, const T* dst_scale, T alpha, T keep, int64_t steps,
                           T* grad_h) {
-  std::vector<T> kept(rows), current(grad, grad + rows * width), teleported(rows * width, T(0)), scaled(rows * width),
-      sum(width);
+  std::vector<T> kept(rows), current(grad, grad + rows * width), teleported(rows * width, T(0));
   for (int64_t v = 0; v < rows; ++v) kept[v] = dst_scale[v] * keep;
   for (int64_t k = 0; k < steps; ++k) {
-    for (int64_t v = 0; v < rows; ++v)
-      for (int64_t f = 0; f < width; ++f) {
-        teleported[v * width + f] += current[v * width + f];
-        scaled[v * width + f] = current[v * width + f] * kept[v];
-      }
-    for (int64_t u = 0; u < rows; ++u) {
-      std::fill(sum.begin(), sum.end(), T(0));
-      for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
-        const T* row = scaled.data() + destinations[e] * width;
-        for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
-      }
-      for (int64_t f = 0; f < width; ++f) current[u * width + f] = sum[f] * src_scale[u];
-    }
+    for (int64_t i = 0; i < rows * width; ++i) teleported[i] += current[i];
+    scaled_neighbour_sum<T, index_t>(indptr, destinations, nullptr, rows, rows, width, current.data(), kept.data(),
+                                     src_scale, nullptr, nullptr, current.data());
   }
   for (int64_t i = 0; i < rows * width; ++i) grad_h[i] = teleported[i] * alpha + current[i];
 }
