@@ -67,15 +67,32 @@ at::Tensor cast(const at::Tensor& t, at::ScalarType dtype) { return t.scalar_typ
 // (FakeTensor, functionalisation, vmap, a dispatch mode: at::isTensorSubclassLike). On a 10-vertex
 // graph GAT's scores and bias took 10-12 us through ATen's per-op costs (dispatch, TensorIterator,
 // allocation), against well under 1 us of arithmetic; in inference these loops compute them.
+// A tensor the plain loops may read as `dtype` values: a contiguous CPU tensor of that float type, untraced.
+bool plain_tensor(const at::Tensor& t, at::ScalarType dtype) {
+  return (dtype == at::kFloat || dtype == at::kDouble) && t.is_cpu() && t.scalar_type() == dtype &&
+         t.is_contiguous() && !at::isTensorSubclassLike(t);
+}
+
 bool plain_values(std::initializer_list<const at::Tensor*> tensors) {
   const bool recording = at::GradMode::is_enabled();
   const at::ScalarType dtype = (*tensors.begin())->scalar_type();
-  if (dtype != at::kFloat && dtype != at::kDouble) return false;
   for (const at::Tensor* t : tensors)
-    if (!t->is_cpu() || t->scalar_type() != dtype || !t->is_contiguous() || (recording && t->requires_grad()) ||
-        at::isTensorSubclassLike(*t))
-      return false;
+    if (!plain_tensor(*t, dtype) || (recording && t->requires_grad())) return false;
   return true;
+}
+
+// A graph the plain loops may index: its arrays on the CPU and untraced, then the checks the programs' ops make
+// (raising as they would), so that every index the loops read is in range; its sizes, or none where the loops
+// cannot take it.
+std::optional<GraphSizes> plain_graph(at::TensorList graph, const char* op) {
+  for (const at::Tensor& t : graph)
+    if (!t.defined() || !t.is_cpu() || at::isTensorSubclassLike(t)) return std::nullopt;
+  return check_graph_arrays(op, graph);
+}
+
+// One scale per row of `rows`, as (rows, 1): the degree scales the layers pass (others broadcast in the ops).
+bool one_per_row(const at::Tensor& scale, int64_t rows) {
+  return scale.dim() == 2 && scale.size(0) == rows && scale.size(1) == 1;
 }
 
 // Products of up to this many multiply-adds run in plain_project where plain_values allows: through at::mm
@@ -296,6 +313,8 @@ void scaled_neighbour_sum(const index_t* indptr, const index_t* neighbours, cons
 
 template <typename T>
 const T* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr<T>() : nullptr; }
+template <typename T>
+const T* data_or_null(const OptionalTensor& t) { return t.has_value() ? t->const_data_ptr<T>() : nullptr; }
 
 // The backward of gcn_conv's plain loops where autograd records them: the gradients of x, weight and bias (those
 // wanted), the projection's by plain products, as small as the forward's. The scales and edge weights are constants.
@@ -380,18 +399,15 @@ class GcnConvBackward : public torch::autograd::Node {
 // projection, two scalings, the weighted_sum program, the bias) took about 20 us of PyG's GCNConv's 51.
 bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight, const OptionalTensor& src_scale,
                const OptionalTensor& dst_scale, const OptionalTensor& edge_weight, const OptionalTensor& bias) {
-  const at::ScalarType dtype = x.scalar_type();
-  if (x.dim() != 2 || (dtype != at::kFloat && dtype != at::kDouble)) return false;
   const auto plain = [&](const at::Tensor& t) {
-    return t.is_cpu() && t.scalar_type() == dtype && t.is_contiguous() && !at::isTensorSubclassLike(t) &&
-           !t._fw_grad(/*level=*/0).defined();
+    return plain_tensor(t, x.scalar_type()) && !t._fw_grad(/*level=*/0).defined();
   };
   const bool recording = at::GradMode::is_enabled();
   for (const OptionalTensor* constant : {&src_scale, &dst_scale, &edge_weight})
     if (constant->has_value() && (!plain(**constant) || (recording && (*constant)->requires_grad()))) return false;
   for (const OptionalTensor* t : {&weight, &bias})
     if (t->has_value() && !plain(**t)) return false;
-  if (!plain(x)) return false;
+  if (x.dim() != 2 || !plain(x)) return false;
   int64_t width = x.size(1);
   if (weight.has_value()) {
     if (weight->dim() != 2 || weight->size(1) != x.size(1) || x.size(0) * x.size(1) * weight->size(0) > kPlainProduct)
@@ -399,16 +415,12 @@ bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& 
     width = weight->size(0);
   }
   if (bias.has_value() && (bias->dim() != 1 || bias->size(0) != width)) return false;
-  for (const at::Tensor& t : graph)
-    if (!t.defined() || !t.is_cpu() || at::isTensorSubclassLike(t)) return false;
-  // the checks the program's op makes (raising as it would): every index the loops read is in range
-  const GraphSizes sizes = check_graph_arrays("seastar_layers::gcn_conv", graph);
-  if (sizes[0] != x.size(0) || (sizes[2] + sizes[1]) * width >= kSerialWork) return false;
-  const auto rows_of = [](const OptionalTensor& scale, int64_t rows) {
-    return !scale.has_value() || (scale->dim() == 2 && scale->size(0) == rows && scale->size(1) == 1);
-  };
-  return rows_of(src_scale, sizes[0]) && rows_of(dst_scale, sizes[1]) &&
-         (!edge_weight.has_value() || (edge_weight->dim() == 1 && edge_weight->size(0) == sizes[2]));
+  const std::optional<GraphSizes> sizes = plain_graph(graph, "seastar_layers::gcn_conv");
+  if (!sizes.has_value() || (*sizes)[0] != x.size(0) || ((*sizes)[2] + (*sizes)[1]) * width >= kSerialWork)
+    return false;
+  return (!src_scale.has_value() || one_per_row(*src_scale, (*sizes)[0])) &&
+         (!dst_scale.has_value() || one_per_row(*dst_scale, (*sizes)[1])) &&
+         (!edge_weight.has_value() || (edge_weight->dim() == 1 && edge_weight->size(0) == (*sizes)[2]));
 }
 
 at::Tensor plain_gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
@@ -422,10 +434,9 @@ at::Tensor plain_gcn_conv(at::TensorList graph, const at::Tensor& x, const Optio
     AT_DISPATCH_INDEX_TYPES(graph[0].scalar_type(), "seastar_layers::gcn_conv", [&] {
       scaled_neighbour_sum(graph[0].const_data_ptr<index_t>(), graph[1].const_data_ptr<index_t>(),
                            graph[2].const_data_ptr<index_t>(), rows_dst, h.size(0), width, h.const_data_ptr<scalar_t>(),
-                           data_or_null<scalar_t>(or_undefined(src_scale)),
-                           data_or_null<scalar_t>(or_undefined(dst_scale)),
-                           data_or_null<scalar_t>(or_undefined(edge_weight)),
-                           data_or_null<scalar_t>(or_undefined(bias)), out.mutable_data_ptr<scalar_t>());
+                           data_or_null<scalar_t>(src_scale), data_or_null<scalar_t>(dst_scale),
+                           data_or_null<scalar_t>(edge_weight), data_or_null<scalar_t>(bias),
+                           out.mutable_data_ptr<scalar_t>());
     });
   });
   const bool wanted = x.requires_grad() || (weight.has_value() && weight->requires_grad()) ||
@@ -547,16 +558,13 @@ class AppnpStepsBackward : public torch::autograd::Node {
 // program's op, addcmul) cost about 4.5 us, against well under 1 us of arithmetic.
 bool plain_steps(at::TensorList graph, const at::Tensor& h, const at::Tensor& src_scale, const at::Tensor& dst_scale) {
   // h may want a gradient (AppnpStepsBackward), not through forward-mode AD; the scales may not
-  if (h.dim() != 2 || h._fw_grad(/*level=*/0).defined() || !plain_values({&src_scale, &dst_scale})) return false;
-  if (h.scalar_type() != src_scale.scalar_type() || !h.is_cpu() || !h.is_contiguous() || at::isTensorSubclassLike(h))
+  if (h.dim() != 2 || h._fw_grad(/*level=*/0).defined() || !plain_values({&src_scale, &dst_scale}) ||
+      !plain_tensor(h, src_scale.scalar_type()) || !one_per_row(src_scale, h.size(0)) ||
+      !one_per_row(dst_scale, h.size(0)))
     return false;
-  for (const at::Tensor* scale : {&src_scale, &dst_scale})
-    if (scale->dim() != 2 || scale->size(0) != h.size(0) || scale->size(1) != 1) return false;
-  for (const at::Tensor& t : graph)
-    if (!t.defined() || !t.is_cpu() || at::isTensorSubclassLike(t)) return false;
-  // the checks the program's op makes (raising as it would): every index the loops read is in range
-  const GraphSizes sizes = check_graph_arrays("seastar_layers::appnp_propagate", graph);
-  return sizes[0] == h.size(0) && sizes[1] == h.size(0) && (sizes[2] + sizes[1]) * h.size(1) < kSerialWork;
+  const std::optional<GraphSizes> sizes = plain_graph(graph, "seastar_layers::appnp_propagate");
+  return sizes.has_value() && (*sizes)[0] == h.size(0) && (*sizes)[1] == h.size(0) &&
+         ((*sizes)[2] + (*sizes)[1]) * h.size(1) < kSerialWork;
 }
 
 at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::Tensor& src_scale,
