@@ -17,9 +17,9 @@
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
 // Python before, op for op, so results are unchanged bit for bit; in inference (plain_values) small
 // projections, gat_conv's scores and bias, and a small graph's APPNP steps come from plain loops, equal
-// up to rounding. On a small graph APPNP's steps and gcn_conv run in plain loops also where gradients are
-// wanted (of h; of x, weight and bias), each recorded as one node (AppnpStepsBackward, GcnConvBackward) whose
-// backward is their transpose in plain loops.
+// up to rounding. On a small graph APPNP's steps, gcn_conv and gat_conv's usual call run in plain loops also
+// where gradients are wanted (of h; of x, weight and bias; of x, weight, the attention vectors and bias), each
+// recorded as one node (AppnpStepsBackward, GcnConvBackward, GatConvBackward) whose backward runs in plain loops.
 #include "seastar_ops.h"  // check_graph_arrays, kSerialWork
 
 #include <ATen/ATen.h>
@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -193,6 +194,280 @@ void add_rows(at::Tensor& out, const at::Tensor& bias) {
   });
 }
 
+template <typename T>
+const T* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr<T>() : nullptr; }
+template <typename T>
+const T* data_or_null(const OptionalTensor& t) { return t.has_value() ? t->const_data_ptr<T>() : nullptr; }
+
+// The gradients of a small projection (plain_project's, out = x @ weight^T) for the plain loops' nodes, as small
+// as their forward: of its input, grad_out @ weight (`other`: the weight (outs, in)), or of its weight,
+// grad_out^T @ x (`other`: x (rows, in)); grad_out (rows, outs).
+enum class GradientOf { kInput, kWeight };
+
+at::Tensor plain_projection_gradient(const at::Tensor& grad_out, const at::Tensor& other, GradientOf of) {
+  const int64_t rows = grad_out.size(0), outs = grad_out.size(1), in = other.size(1);
+  const bool of_input = of == GradientOf::kInput;
+  at::Tensor result = at::zeros({of_input ? rows : outs, in}, grad_out.options());
+  AT_DISPATCH_FLOATING_TYPES(grad_out.scalar_type(), "seastar_layers projection backward", [&] {
+    const scalar_t *g = grad_out.const_data_ptr<scalar_t>(), *m = other.const_data_ptr<scalar_t>();
+    scalar_t* r = result.mutable_data_ptr<scalar_t>();
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t k = 0; k < outs; ++k) {
+        const scalar_t factor = g[row * outs + k];
+        scalar_t* into = r + (of_input ? row : k) * in;
+        const scalar_t* from = m + (of_input ? k : row) * in;
+        for (int64_t i = 0; i < in; ++i) into[i] += factor * from[i];
+      }
+  });
+  return result;
+}
+
+// GAT's attention in plain loops (plain_gat_conv), each head as the gat_attention program computes it, up to
+// rounding: over each destination v's in-edges u -> v (CSR slots e), s = leaky_relu(a_src[u] + a_dst[v]) (a_dst
+// null: 0), alpha[e] = the softmax of s over v's in-edges, out[v] = the sum of alpha[e] * h[u]; a destination
+// without in-edges gets 0. h (rows, heads, channels), the scores (rows, heads), alpha (edges, heads) by CSR slot,
+// out (rows_dst, heads, channels).
+template <typename T, typename index_t>
+void plain_attention(const index_t* indptr, const index_t* sources, int64_t rows_dst, int64_t heads, int64_t channels,
+                     const T* h, const T* a_src, const T* a_dst, T slope, T* alpha, T* out) {
+  std::fill(out, out + rows_dst * heads * channels, T(0));
+  for (int64_t v = 0; v < rows_dst; ++v)
+    for (int64_t head = 0; head < heads; ++head) {
+      const T dst_score = a_dst != nullptr ? a_dst[v * heads + head] : T(0);
+      T top = -std::numeric_limits<T>::infinity(), total = 0;
+      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+        const T z = a_src[sources[e] * heads + head] + dst_score;
+        alpha[e * heads + head] = z > 0 ? z : z * slope;
+        top = std::max(top, alpha[e * heads + head]);
+      }
+      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+        T& a = alpha[e * heads + head];
+        total += a = std::exp(a - top);
+      }
+      T* o = out + (v * heads + head) * channels;
+      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+        const T a = alpha[e * heads + head] /= total;
+        const T* row = h + (sources[e] * heads + head) * channels;
+        for (int64_t c = 0; c < channels; ++c) o[c] += a * row[c];
+      }
+    }
+}
+
+// plain_attention's backward from grad_out (rows_dst, heads, channels): adds the sum's share to grad_h (rows, heads,
+// channels) and the scores' gradients to grad_src (rows, heads) and grad_dst (rows_dst, heads; null: none), through
+// the softmax (alpha * (dalpha - the sum over v's in-edges of alpha * dalpha)) and the leaky relu (slope where
+// z <= 0, as torch's).
+template <typename T, typename index_t>
+void plain_attention_backward(const index_t* indptr, const index_t* sources, int64_t rows_dst, int64_t heads,
+                              int64_t channels, const T* h, const T* a_src, const T* a_dst, const T* alpha, T slope,
+                              const T* grad_out, T* grad_h, T* grad_src, T* grad_dst) {
+  std::vector<T> dalpha;
+  for (int64_t v = 0; v < rows_dst; ++v)
+    for (int64_t head = 0; head < heads; ++head) {
+      const T* g = grad_out + (v * heads + head) * channels;
+      const int64_t first = indptr[v];
+      dalpha.assign(indptr[v + 1] - first, T(0));
+      T weighted = 0;
+      for (int64_t e = first; e < indptr[v + 1]; ++e) {
+        const int64_t at = (sources[e] * heads + head) * channels;
+        const T a = alpha[e * heads + head];
+        T d = 0;
+        for (int64_t c = 0; c < channels; ++c) {
+          d += g[c] * h[at + c];
+          grad_h[at + c] += a * g[c];
+        }
+        dalpha[e - first] = d;
+        weighted += a * d;
+      }
+      const T dst_score = a_dst != nullptr ? a_dst[v * heads + head] : T(0);
+      for (int64_t e = first; e < indptr[v + 1]; ++e) {
+        const T ds = alpha[e * heads + head] * (dalpha[e - first] - weighted);
+        const T dz = a_src[sources[e] * heads + head] + dst_score > 0 ? ds : ds * slope;
+        grad_src[sources[e] * heads + head] += dz;
+        if (grad_dst != nullptr) grad_dst[v * heads + head] += dz;
+      }
+    }
+}
+
+// The scores' share of the gradients: grad_h[r] += grad_score[r] * att (per head), grad_att += grad_score[r] * h[r]
+// over the first `rows` rows; h, grad_h (rows, heads, channels), grad_score (rows, heads), att (heads, channels).
+template <typename T>
+void plain_scores_backward(int64_t rows, int64_t heads, int64_t channels, const T* h, const T* att,
+                           const T* grad_score, T* grad_h, T* grad_att) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t head = 0; head < heads; ++head) {
+      const T gs = grad_score[r * heads + head];
+      const int64_t at = (r * heads + head) * channels;
+      for (int64_t c = 0; c < channels; ++c) {
+        grad_h[at + c] += gs * att[head * channels + c];
+        grad_att[head * channels + c] += gs * h[at + c];
+      }
+    }
+}
+
+// The backward of gat_conv's plain loops where autograd records them: the gradients of x, weight, att_src,
+// att_dst and bias (those wanted), from the forward's projection, scores and attention (alpha), kept.
+class GatConvBackward : public torch::autograd::Node {
+ public:
+  GatConvBackward(at::TensorList graph, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& h,
+                  const at::Tensor& att_src, const at::Tensor& att_dst, const at::Tensor& a_src,
+                  const at::Tensor& a_dst, const at::Tensor& alpha, double slope, bool concat, bool with_bias)
+      : indptr_(graph[0], false), sources_(graph[1], false), x_(x, false), weight_(weight, false), h_(h, false),
+        att_src_(att_src, false), att_dst_(att_dst, false), a_src_(a_src, false), a_dst_(a_dst, false),
+        alpha_(alpha, false), slope_(slope), with_weight_(weight.defined()), with_dst_(att_dst.defined()),
+        concat_(concat), with_bias_(with_bias) {}
+
+  std::string name() const override { return "seastar_layers::gat_conv_backward"; }
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    const at::Tensor indptr = indptr_.unpack(), sources = sources_.unpack(), h = h_.unpack();
+    const at::Tensor att_src = att_src_.unpack(), att_dst = with_dst_ ? att_dst_.unpack() : at::Tensor();
+    const at::Tensor a_src = a_src_.unpack(), a_dst = with_dst_ ? a_dst_.unpack() : at::Tensor();
+    const at::Tensor alpha = alpha_.unpack();
+    const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : input_metadata(0).zeros_like();
+    const int64_t rows = h.size(0), rows_dst = grad.size(0), heads = att_src.size(1), channels = att_src.size(2);
+    torch::autograd::variable_list gradients(5);
+    if (with_bias_ && should_compute_output(4)) gradients[4] = grad.sum(0);
+    const bool want_h = should_compute_output(0) || (with_weight_ && should_compute_output(1));
+    if (!want_h && !should_compute_output(2) && !(with_dst_ && should_compute_output(3)))
+      return finish(gradients, grads);
+    // the heads' mean spreads its gradient evenly, as torch's mean backward
+    const at::Tensor grad_out = concat_ ? grad : (grad / heads).unsqueeze(1).expand({rows_dst, heads, channels})
+                                                     .contiguous();
+    at::Tensor grad_h = at::zeros({rows, heads * channels}, grad.options());
+    at::Tensor grad_src = at::zeros({rows, heads}, grad.options());
+    at::Tensor grad_dst = at::zeros({rows_dst, heads}, grad.options()), grad_att_src = at::zeros_like(att_src);
+    at::Tensor grad_att_dst = with_dst_ ? at::zeros_like(att_dst) : at::Tensor();
+    AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "seastar_layers::gat_conv_backward", [&] {
+      AT_DISPATCH_INDEX_TYPES(indptr.scalar_type(), "seastar_layers::gat_conv_backward", [&] {
+        plain_attention_backward(indptr.const_data_ptr<index_t>(), sources.const_data_ptr<index_t>(), rows_dst, heads,
+                                 channels, h.const_data_ptr<scalar_t>(), a_src.const_data_ptr<scalar_t>(),
+                                 data_or_null<scalar_t>(a_dst), alpha.const_data_ptr<scalar_t>(),
+                                 static_cast<scalar_t>(slope_), grad_out.const_data_ptr<scalar_t>(),
+                                 grad_h.mutable_data_ptr<scalar_t>(), grad_src.mutable_data_ptr<scalar_t>(),
+                                 with_dst_ ? grad_dst.mutable_data_ptr<scalar_t>() : nullptr);
+      });
+      plain_scores_backward(rows, heads, channels, h.const_data_ptr<scalar_t>(), att_src.const_data_ptr<scalar_t>(),
+                            grad_src.const_data_ptr<scalar_t>(), grad_h.mutable_data_ptr<scalar_t>(),
+                            grad_att_src.mutable_data_ptr<scalar_t>());
+      if (with_dst_)  // the destinations are the first rows
+        plain_scores_backward(rows_dst, heads, channels, h.const_data_ptr<scalar_t>(),
+                              att_dst.const_data_ptr<scalar_t>(), grad_dst.const_data_ptr<scalar_t>(),
+                              grad_h.mutable_data_ptr<scalar_t>(), grad_att_dst.mutable_data_ptr<scalar_t>());
+    });
+    if (should_compute_output(2)) gradients[2] = grad_att_src;
+    if (with_dst_ && should_compute_output(3)) gradients[3] = grad_att_dst;
+    if (!with_weight_) {
+      gradients[0] = grad_h;  // x was h
+    } else {
+      if (should_compute_output(0))
+        gradients[0] = plain_projection_gradient(grad_h, weight_.unpack(), GradientOf::kInput);
+      if (should_compute_output(1)) gradients[1] = plain_projection_gradient(grad_h, x_.unpack(), GradientOf::kWeight);
+    }
+    return finish(gradients, grads);
+  }
+
+ protected:
+  void release_variables() override {  // a second backward then raises torch's own error
+    for (auto* v : {&indptr_, &sources_, &x_, &weight_, &h_, &att_src_, &att_dst_, &a_src_, &a_dst_, &alpha_})
+      v->reset_data();
+  }
+
+ private:
+  torch::autograd::variable_list finish(torch::autograd::variable_list& gradients,
+                                        const torch::autograd::variable_list& grads) const {
+    if (at::GradMode::is_enabled()) refuse_double_backward("seastar_layers::gat_conv", gradients, grads, {});
+    return gradients;
+  }
+
+  torch::autograd::SavedVariable indptr_, sources_, x_, weight_, h_, att_src_, att_dst_, a_src_, a_dst_, alpha_;
+  double slope_;
+  bool with_weight_, with_dst_, concat_, with_bias_;
+};
+
+// Whether gat_conv runs in plain loops (plain_gat_conv): the drop-ins' usual call on a small graph: one matrix of
+// features for both ends (no x_dst: the destinations are the first sources), projected by a small weight or
+// given projected, one group of heads, no edge scores, mask, residual, attention dropout or returned attention;
+// every tensor contiguous, of the features' float type, untraced and without forward-mode AD; the sweep (edges
+// and destinations, times the width) below torch's grain size. x, weight, att_src, att_dst and bias may want
+// gradients (GatConvBackward). On a 10-vertex graph the recorded path (the projection, two scores, the program's
+// op and its autograd node, the bias) took about 45 us of PyG's GATConv's forward on a graph it had converted, 29
+// through these loops; forward and backward 163 us, 85 here.
+bool plain_gat(at::TensorList graph, const at::Tensor& x, const OptionalTensor& x_dst, const OptionalTensor& weight,
+               const OptionalTensor& weight_dst, const at::Tensor& att_src, const OptionalTensor& att_dst,
+               const OptionalTensor& a_edge, const OptionalTensor& mask, const OptionalTensor& residual,
+               const OptionalTensor& bias, double dropout, bool concat, bool with_attention) {
+  if (x_dst.has_value() || weight_dst.has_value() || a_edge.has_value() || mask.has_value() || residual.has_value() ||
+      dropout > 0 || with_attention || x.dim() != 2)
+    return false;
+  const auto plain = [&](const at::Tensor& t) {
+    return plain_tensor(t, x.scalar_type()) && !t._fw_grad(/*level=*/0).defined();
+  };
+  for (const OptionalTensor* t : {&weight, &att_dst, &bias})
+    if (t->has_value() && !plain(**t)) return false;
+  if (!plain(x) || !plain(att_src)) return false;
+  const int64_t heads = att_src.size(1), channels = att_src.size(2);
+  int64_t width = x.size(1);
+  if (weight.has_value()) {
+    if (weight->dim() != 2 || weight->size(1) != x.size(1) || x.size(0) * x.size(1) * weight->size(0) > kPlainProduct)
+      return false;
+    width = weight->size(0);
+  }
+  if (heads == 0 || channels == 0 || width != heads * channels ||
+      (att_dst.has_value() && att_dst->sizes() != att_src.sizes()) ||
+      (bias.has_value() && (bias->dim() != 1 || bias->size(0) != (concat ? width : channels))))
+    return false;
+  const std::optional<GraphSizes> sizes = plain_graph(graph, "seastar_layers::gat_conv");
+  return sizes.has_value() && (*sizes)[0] == x.size(0) && (*sizes)[1] <= x.size(0) &&
+         ((*sizes)[2] + (*sizes)[1]) * width < kSerialWork;
+}
+
+at::Tensor plain_gat_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
+                          const at::Tensor& att_src, const OptionalTensor& att_dst, const OptionalTensor& bias,
+                          double negative_slope, bool concat) {
+  const int64_t rows = x.size(0), rows_dst = graph[0].numel() - 1, edges = graph[1].numel();
+  const int64_t heads = att_src.size(1), channels = att_src.size(2);
+  const at::Tensor h = weight.has_value() ? plain_project(x, *weight) : x;
+  const at::Tensor by_heads = h.view({rows, heads, channels});
+  const at::Tensor a_src = plain_scores(by_heads, att_src);
+  const at::Tensor a_dst =
+      att_dst.has_value() ? plain_scores(by_heads.narrow(0, 0, rows_dst), *att_dst) : at::Tensor();
+  at::Tensor alpha = at::empty({edges, heads}, x.options());
+  at::Tensor attended = at::empty({rows_dst, heads, channels}, x.options());
+  at::Tensor out = concat ? attended.view({rows_dst, heads * channels}) : at::empty({rows_dst, channels}, x.options());
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "seastar_layers::gat_conv", [&] {
+    AT_DISPATCH_INDEX_TYPES(graph[0].scalar_type(), "seastar_layers::gat_conv", [&] {
+      plain_attention(graph[0].const_data_ptr<index_t>(), graph[1].const_data_ptr<index_t>(), rows_dst, heads,
+                      channels, h.const_data_ptr<scalar_t>(), a_src.const_data_ptr<scalar_t>(),
+                      data_or_null<scalar_t>(a_dst), static_cast<scalar_t>(negative_slope),
+                      alpha.mutable_data_ptr<scalar_t>(), attended.mutable_data_ptr<scalar_t>());
+    });
+    if (!concat) {  // the heads' mean, as torch's: their sum, then divided
+      const scalar_t* a = attended.const_data_ptr<scalar_t>();
+      scalar_t* o = out.mutable_data_ptr<scalar_t>();
+      for (int64_t v = 0; v < rows_dst; ++v)
+        for (int64_t c = 0; c < channels; ++c) {
+          scalar_t sum = 0;
+          for (int64_t head = 0; head < heads; ++head) sum += a[(v * heads + head) * channels + c];
+          o[v * channels + c] = sum / static_cast<scalar_t>(heads);
+        }
+    }
+  });
+  if (bias.has_value()) add_rows(out, *bias);
+  const auto or_undefined = [](const OptionalTensor& t) { return t.has_value() ? *t : at::Tensor(); };
+  bool wanted = x.requires_grad() || att_src.requires_grad();
+  for (const OptionalTensor* t : {&weight, &att_dst, &bias})
+    wanted = wanted || (t->has_value() && (*t)->requires_grad());
+  if (at::GradMode::is_enabled() && wanted) {
+    auto node = make_node<GatConvBackward>(graph, x, or_undefined(weight), h, att_src, or_undefined(att_dst), a_src,
+                                           a_dst, alpha, negative_slope, concat, bias.has_value());
+    node->set_next_edges(torch::autograd::collect_next_edges(x, or_undefined(weight), att_src, or_undefined(att_dst),
+                                                             or_undefined(bias)));
+    torch::autograd::set_history(out, node);
+  }
+  return out;
+}
+
 // GATConv of PyG and of DGL, after the graph and the features' dropout:
 //   h_src = project(x_src, weight_src) as (rows, groups * heads, channels), heads and channels those of
 //   att_src (1, heads, channels); groups fold DGL's (N, *, D) middle axes, 1 for PyG;
@@ -216,6 +491,9 @@ std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, 
   TORCH_CHECK_VALUE(att_src.dim() == 3 && holds(att_src.sym_size(0) == 1), op,
                     ": 'att_src' must have shape (1, heads, channels), got ", att_src.sym_sizes());
   TORCH_CHECK_VALUE(dropout >= 0 && dropout <= 1, op, ": 'dropout' must be in [0, 1], got ", dropout);
+  if (plain_gat(graph, x_src, x_dst, weight_src, weight_dst, att_src, att_dst, a_edge, mask, residual, bias, dropout,
+                concat, with_attention))
+    return {plain_gat_conv(graph, x_src, weight_src, att_src, att_dst, bias, negative_slope, concat)};
   const c10::SymInt heads = att_src.sym_size(1), channels = att_src.sym_size(2);
   // (rows, groups * heads, channels): as the program takes the features
   auto by_heads = [&](const at::Tensor& h, const char* name) {
@@ -311,11 +589,6 @@ void scaled_neighbour_sum(const index_t* indptr, const index_t* neighbours, cons
   }
 }
 
-template <typename T>
-const T* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr<T>() : nullptr; }
-template <typename T>
-const T* data_or_null(const OptionalTensor& t) { return t.has_value() ? t->const_data_ptr<T>() : nullptr; }
-
 // The backward of gcn_conv's plain loops where autograd records them: the gradients of x, weight and bias (those
 // wanted), the projection's by plain products, as small as the forward's. The scales and edge weights are constants.
 class GcnConvBackward : public torch::autograd::Node {
@@ -334,7 +607,7 @@ class GcnConvBackward : public torch::autograd::Node {
     const at::Tensor src_scale = src_scale_.unpack(), dst_scale = dst_scale_.unpack();
     const at::Tensor edge_weight = edge_weight_.unpack();
     const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : input_metadata(0).zeros_like();
-    const int64_t rows_src = x.size(0), rows_dst = grad.size(0), width = grad.size(1), in = x.size(1);
+    const int64_t rows_src = x.size(0), rows_dst = grad.size(0), width = grad.size(1);
     torch::autograd::variable_list gradients(3);
     if (with_bias_ && should_compute_output(2)) gradients[2] = grad.sum(0);
     if (!should_compute_output(0) && !(with_weight_ && should_compute_output(1))) return finish(gradients, grads);
@@ -348,30 +621,13 @@ class GcnConvBackward : public torch::autograd::Node {
                              data_or_null<scalar_t>(edge_weight), static_cast<const scalar_t*>(nullptr),
                              grad_h.mutable_data_ptr<scalar_t>());
       });
-      if (!with_weight_) {
-        gradients[0] = grad_h;
-        return;
-      }
-      const scalar_t* g = grad_h.const_data_ptr<scalar_t>();
-      if (should_compute_output(0)) {  // grad_h @ weight
-        at::Tensor grad_x = at::zeros({rows_src, in}, grad.options());
-        scalar_t* gx = grad_x.mutable_data_ptr<scalar_t>();
-        const scalar_t* w = weight.const_data_ptr<scalar_t>();
-        for (int64_t u = 0; u < rows_src; ++u)
-          for (int64_t o = 0; o < width; ++o)
-            for (int64_t i = 0; i < in; ++i) gx[u * in + i] += g[u * width + o] * w[o * in + i];
-        gradients[0] = grad_x;
-      }
-      if (should_compute_output(1)) {  // grad_h^T @ x
-        at::Tensor grad_weight = at::zeros({width, in}, grad.options());
-        scalar_t* gw = grad_weight.mutable_data_ptr<scalar_t>();
-        const scalar_t* xs = x.const_data_ptr<scalar_t>();
-        for (int64_t u = 0; u < rows_src; ++u)
-          for (int64_t o = 0; o < width; ++o)
-            for (int64_t i = 0; i < in; ++i) gw[o * in + i] += g[u * width + o] * xs[u * in + i];
-        gradients[1] = grad_weight;
-      }
     });
+    if (!with_weight_) {
+      gradients[0] = grad_h;
+    } else {
+      if (should_compute_output(0)) gradients[0] = plain_projection_gradient(grad_h, weight, GradientOf::kInput);
+      if (should_compute_output(1)) gradients[1] = plain_projection_gradient(grad_h, x, GradientOf::kWeight);
+    }
     return finish(gradients, grads);
   }
 

@@ -513,6 +513,64 @@ def test_small_recorded_gcn_conv_is_one_node(edge_weights, projected):
         grad.sum().backward()
 
 
+@pytest.mark.parametrize("concat", [True, False])
+@pytest.mark.parametrize("projected", [False, True])
+@pytest.mark.parametrize("dst_scores", [True, False])
+def test_small_gat_conv_runs_in_plain_loops_as_one_node(concat, projected, dst_scores):
+    """On a small graph with one matrix of features, no edge scores, mask, residual, dropout or returned
+    attention (the drop-ins' usual call), gat_conv runs in plain loops (no aten::mm, no gat_attention
+    program either way) and, where any of x, weight, att_src, att_dst and bias want gradients, records one
+    node whose backward runs in plain loops: equal to the recorded ops (returning the attention takes them)
+    in float32 and float64 with and without gradients, whichever inputs want them, on a graph with a
+    vertex without in-edges and one destination fewer than sources; gradcheck in float64; a second and a
+    double backward raise as the programs' ops do."""
+    gen = torch.Generator().manual_seed(7)
+    heads, channels, features = 2, 3, 4
+    ei = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8, 1, 1, 2, 0], [1, 2, 3, 4, 5, 6, 6, 0, 0, 1, 3, 1, 2]])
+    graph = sl.Graph.from_edge_index(ei, (N, N - 1))  # destination 7 has no in-edges
+    for dtype in (torch.float32, torch.float64):
+        def rand(*shape):
+            return torch.randn(*shape, dtype=dtype, generator=gen)
+
+        args = dict(x_src=rand(N, heads * channels if projected else features), x_dst=None,
+                    weight_src=None if projected else rand(heads * channels, features), weight_dst=None,
+                    att_src=rand(1, heads, channels), att_dst=rand(1, heads, channels) if dst_scores else None,
+                    a_edge=None, mask=None, residual=None, bias=rand(heads * channels if concat else channels),
+                    negative_slope=0.2, dropout=0.0, concat=concat, with_attention=False)
+        names = [k for k in ("x_src", "weight_src", "att_src", "att_dst", "bias") if args[k] is not None]
+        for wanted in (names, ["x_src"], ["att_src"], ["bias"], names[1:2], []):
+            for k in names:
+                args[k].requires_grad_(k in wanted)
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+                (out,) = OPS.gat_conv(graph.tensors(), **args)
+                grad = torch.randn_like(out)
+                got = torch.autograd.grad(out, [args[k] for k in wanted], grad) if wanted else ()
+            ran = {event.name for event in profile.events()}
+            assert not {"aten::mm", "seastar_layers::gat_attention", "seastar_layers::gat_attention_backward"} & ran
+            assert (out.grad_fn.name() if wanted else None) == ("seastar_layers::gat_conv_backward" if wanted else None)
+            recording = {k: v.clone().requires_grad_() if k in names else v for k, v in args.items()}
+            recorded = OPS.gat_conv(graph.tensors(), **dict(recording, with_attention=True))[0]
+            torch.testing.assert_close(out, recorded.detach())
+            expected = torch.autograd.grad(recorded, [recording[k] for k in wanted], grad) if wanted else ()
+            for g, e in zip(got, expected, strict=True):
+                torch.testing.assert_close(g, e)
+    for k in names:
+        args[k] = args[k].detach().requires_grad_()
+
+    def conv(*tensors):
+        return OPS.gat_conv(graph.tensors(), **dict(args, **dict(zip(names, tensors))))[0]
+
+    given = [args[k] for k in names]
+    assert torch.autograd.gradcheck(conv, given)
+    loss = conv(*given).pow(2).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    (grad,) = torch.autograd.grad(conv(*given).pow(2).sum(), given[0], create_graph=True)
+    with pytest.raises(RuntimeError, match="seastar_layers::gat_conv has no double backward"):
+        grad.sum().backward()
+
+
 def test_gat_conv_dropout_is_the_programs():
     """With attention dropout the op draws the program's seed from torch's generator (as the layers
     did before) and scales what it keeps by 1 / (1 - p): the gat_attention op on the same seed,
