@@ -68,10 +68,11 @@ at::Tensor cast(const at::Tensor& t, at::ScalarType dtype) { return t.scalar_typ
 // (FakeTensor, functionalisation, vmap, a dispatch mode: at::isTensorSubclassLike). On a 10-vertex
 // graph GAT's scores and bias took 10-12 us through ATen's per-op costs (dispatch, TensorIterator,
 // allocation), against well under 1 us of arithmetic; in inference these loops compute them.
-// A tensor the plain loops may read as `dtype` values: a contiguous CPU tensor of that float type, untraced.
+// A tensor the plain loops may read as `dtype` values: a contiguous CPU tensor of that float type, untraced, and
+// not a dual tensor of forward-mode AD (whose tangent they would drop: the ops it takes instead refuse it).
 bool plain_tensor(const at::Tensor& t, at::ScalarType dtype) {
   return (dtype == at::kFloat || dtype == at::kDouble) && t.is_cpu() && t.scalar_type() == dtype &&
-         t.is_contiguous() && !at::isTensorSubclassLike(t);
+         t.is_contiguous() && !at::isTensorSubclassLike(t) && !t._fw_grad(/*level=*/0).defined();
 }
 
 bool plain_values(std::initializer_list<const at::Tensor*> tensors) {
@@ -400,9 +401,7 @@ bool plain_gat(at::TensorList graph, const at::Tensor& x, const OptionalTensor& 
   if (x_dst.has_value() || weight_dst.has_value() || a_edge.has_value() || mask.has_value() || residual.has_value() ||
       dropout > 0 || with_attention || x.dim() != 2)
     return false;
-  const auto plain = [&](const at::Tensor& t) {
-    return plain_tensor(t, x.scalar_type()) && !t._fw_grad(/*level=*/0).defined();
-  };
+  const auto plain = [&](const at::Tensor& t) { return plain_tensor(t, x.scalar_type()); };
   for (const OptionalTensor* t : {&weight, &att_dst, &bias})
     if (t->has_value() && !plain(**t)) return false;
   if (!plain(x) || !plain(att_src)) return false;
@@ -655,9 +654,7 @@ class GcnConvBackward : public torch::autograd::Node {
 // projection, two scalings, the weighted_sum program, the bias) took about 20 us of PyG's GCNConv's 51.
 bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight, const OptionalTensor& src_scale,
                const OptionalTensor& dst_scale, const OptionalTensor& edge_weight, const OptionalTensor& bias) {
-  const auto plain = [&](const at::Tensor& t) {
-    return plain_tensor(t, x.scalar_type()) && !t._fw_grad(/*level=*/0).defined();
-  };
+  const auto plain = [&](const at::Tensor& t) { return plain_tensor(t, x.scalar_type()); };
   const bool recording = at::GradMode::is_enabled();
   for (const OptionalTensor* constant : {&src_scale, &dst_scale, &edge_weight})
     if (constant->has_value() && (!plain(**constant) || (recording && (*constant)->requires_grad()))) return false;
@@ -813,8 +810,8 @@ class AppnpStepsBackward : public torch::autograd::Node {
 // kernel runs on one thread too. On a 10-vertex graph a step through its four ops (a multiply, the
 // program's op, addcmul) cost about 4.5 us, against well under 1 us of arithmetic.
 bool plain_steps(at::TensorList graph, const at::Tensor& h, const at::Tensor& src_scale, const at::Tensor& dst_scale) {
-  // h may want a gradient (AppnpStepsBackward), not through forward-mode AD; the scales may not
-  if (h.dim() != 2 || h._fw_grad(/*level=*/0).defined() || !plain_values({&src_scale, &dst_scale}) ||
+  // h may want a gradient (AppnpStepsBackward), the scales not
+  if (h.dim() != 2 || !plain_values({&src_scale, &dst_scale}) ||
       !plain_tensor(h, src_scale.scalar_type()) || !one_per_row(src_scale, h.size(0)) ||
       !one_per_row(dst_scale, h.size(0)))
     return false;

@@ -787,11 +787,22 @@ inline std::vector<bool> read_by_backward(const Family& family, at::TensorList g
   return read;
 }
 
+// Forward-mode AD (torch.autograd.forward_ad) has no rule here: a dual argument's tangent would be dropped without a
+// word, so the op refuses it, naming the argument.
+inline void refuse_forward_ad(const Family& family, const OptionalTensors& args) {
+  for (int i = 0; i < family.num_arguments; ++i)
+    TORCH_CHECK_NOT_IMPLEMENTED(!args[i].has_value() || !args[i]->_fw_grad(/*level=*/0).defined(), family.op, ": '",
+                                family.arguments[i], "' is a dual tensor (torch.autograd.forward_ad), and the op has "
+                                "no forward-mode derivative; differentiate with backward() (reverse mode), or use the "
+                                "stock PyG or DGL layer for forward-mode AD");
+}
+
 // A family with the switch for_backward has variants whose forward also computes what their backward
 // would sweep the edges for (passes/precompute.py). This kernel knows whether it records a backward
 // and turns the switch on where it does; a caller that calls <op>_backward itself passes it.
 inline OpResults with_autograd(const Family& family, ForwardCall forward, BackwardCall backward, at::TensorList graph,
                                const OptionalTensors& args, Switches switches) {
+  refuse_forward_ad(family, args);
   const bool recorded = torch::autograd::compute_requires_grad(args);
   if (recorded && family.for_backward >= 0) switches[family.for_backward] = true;
   OpResults out;

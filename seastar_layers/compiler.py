@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
+from torch.autograd import forward_ad
 
 from .codegen import TARGETS
 from .codegen.cstyle import render_program
@@ -411,6 +412,10 @@ def _feature_specs(features: dict) -> tuple[dict[str, FeatureSpec], torch.dtype]
                             "float16 and bfloat16")
         if t.dim() == 0:
             raise ValueError(f"feature {name!r} must have one row per vertex (or edge), got a 0-d tensor")
+        if forward_ad.unpack_dual(t).tangent is not None:  # the op's autograd would drop it without a word
+            raise NotImplementedError(f"feature {name!r} is a dual tensor (torch.autograd.forward_ad), and compiled "
+                                      "programs have no forward-mode derivative; differentiate with backward() "
+                                      "(reverse mode)")
         if dtype is None:
             dtype = t.dtype
         elif t.dtype != dtype:

@@ -78,6 +78,19 @@ def test_a_compiled_programs_backward_keeps_only_the_inputs_it_reads():
     torch.testing.assert_close(torch.autograd.grad(out, x, grad)[0], torch.autograd.grad(want, reference, grad)[0])
 
 
+def test_forward_mode_ad_is_refused_by_name():
+    """A dual tensor of forward-mode AD (torch.autograd.forward_ad): compiled programs have no
+    forward-mode derivative, so a dual feature is refused by name (NotImplementedError), never run
+    with its tangent dropped; outside a dual level the same program runs."""
+    prog = sl.compile(plain_sum)
+    x = double(N, 3, seed=13)
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x, torch.ones_like(x))
+        with pytest.raises(NotImplementedError, match="feature 'x' is a dual tensor"):
+            prog(EI, x=dual)
+    torch.testing.assert_close(prog(EI, x=x), torch.zeros(N, 3, dtype=torch.float64).index_add(0, EI[1], x[EI[0]]))
+
+
 def test_opcheck():
     spec, graph, inputs = sl.compile(gat_zip).prepare(EI, **GAT_INPUTS)
     torch.library.opcheck(spec.op.forward, (graph, inputs))

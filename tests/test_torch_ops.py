@@ -571,6 +571,31 @@ def test_small_gat_conv_runs_in_plain_loops_as_one_node(concat, projected, dst_s
         grad.sum().backward()
 
 
+@pytest.mark.parametrize("grad_mode", [True, False])
+def test_forward_mode_ad_is_refused_by_name(grad_mode):
+    """The programs' ops have no forward-mode derivative: a dual tensor (torch.autograd.forward_ad)
+    reaching one is refused (NotImplementedError naming the op and the argument), never run with its
+    tangent dropped; the composites' plain loops on small graphs leave dual tensors to those ops, so a
+    layer's call refuses them too, whether or not gradients are recorded."""
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(N, 6, dtype=torch.float64, generator=gen)
+    scale = torch.rand(N, 1, dtype=torch.float64, generator=gen) + 0.5
+    att = torch.randn(1, 2, 3, dtype=torch.float64, generator=gen)
+    with torch.set_grad_enabled(grad_mode), torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x, torch.ones_like(x))
+        sums = "seastar_layers::weighted_sum: 'x'"
+        attention = "seastar_layers::gat_attention: 'a_src'"
+        calls = [(sums, lambda: OPS.weighted_sum(GRAPH.tensors(), dual, None)),
+                 (sums, lambda: OPS.gcn_conv(GRAPH.tensors(), dual, None, scale, scale, None, None)),
+                 (sums, lambda: OPS.appnp_propagate(GRAPH.tensors(), dual, scale, scale, 0.1, 3)),
+                 (attention, lambda: OPS.gat_conv(GRAPH.tensors(), dual, None, None, None, att, att, None, None, None,
+                                                  None, 0.2, 0.0, True, False)),
+                 (attention, lambda: sl.GATConv(6, 3, heads=2).double()(dual, EI))]
+        for message, call in calls:
+            with pytest.raises(NotImplementedError, match=message + " is a dual tensor"):
+                call()
+
+
 def test_gat_conv_dropout_is_the_programs():
     """With attention dropout the op draws the program's seed from torch's generator (as the layers
     did before) and scales what it keeps by 1 / (1 - p): the gat_attention op on the same seed,
