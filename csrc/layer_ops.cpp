@@ -112,15 +112,15 @@ constexpr int64_t kPlainProduct = int64_t(1) << 16;
 #define SEASTAR_LOOP_CLONES
 #endif
 
-// out = x @ w^T for plain_project, x (rows, in), w (outs, in). Through w^T, each input's weights for
-// all outputs side by side, the innermost loop runs along an output row and vectorises; each output
-// still sums its products in input order.
+// out = x @ w^T for plain_project, x (rows, in), w (outs, in) with strides (per output, per input). Through w^T,
+// each input's weights for all outputs side by side, the innermost loop runs along an output row and
+// vectorises; each output still sums its products in input order.
 template <typename T>
-inline __attribute__((always_inline)) void dot_rows(const T* x, const T* w, T* out, int64_t rows, int64_t in,
-                                                    int64_t outs) {
+inline __attribute__((always_inline)) void dot_rows(const T* x, const T* w, int64_t w_out, int64_t w_in, T* out,
+                                                    int64_t rows, int64_t in, int64_t outs) {
   std::vector<T> transposed(in * outs);
   for (int64_t k = 0; k < outs; ++k)
-    for (int64_t i = 0; i < in; ++i) transposed[i * outs + k] = w[k * in + i];
+    for (int64_t i = 0; i < in; ++i) transposed[i * outs + k] = w[k * w_out + i * w_in];
   for (int64_t r = 0; r < rows; ++r, x += in, out += outs) {
     std::fill(out, out + outs, T(0));
     for (int64_t i = 0; i < in; ++i) {
@@ -133,21 +133,27 @@ inline __attribute__((always_inline)) void dot_rows(const T* x, const T* w, T* o
 }
 
 // (function multiversioning takes functions, not templates)
-SEASTAR_LOOP_CLONES void dot_rows_of(const float* x, const float* w, float* out, int64_t rows, int64_t in,
-                                     int64_t outs) {
-  dot_rows(x, w, out, rows, in, outs);
+SEASTAR_LOOP_CLONES void dot_rows_of(const float* x, const float* w, int64_t w_out, int64_t w_in, float* out,
+                                     int64_t rows, int64_t in, int64_t outs) {
+  dot_rows(x, w, w_out, w_in, out, rows, in, outs);
 }
-SEASTAR_LOOP_CLONES void dot_rows_of(const double* x, const double* w, double* out, int64_t rows, int64_t in,
-                                     int64_t outs) {
-  dot_rows(x, w, out, rows, in, outs);
+SEASTAR_LOOP_CLONES void dot_rows_of(const double* x, const double* w, int64_t w_out, int64_t w_in, double* out,
+                                     int64_t rows, int64_t in, int64_t outs) {
+  dot_rows(x, w, w_out, w_in, out, rows, in, outs);
 }
 
-// x @ weight^T for plain_values: x (rows, in), weight (out, in)
+// A weight the plain products may read: a plain_tensor matrix, or the transpose of one (DGL's GraphConv holds its
+// weight as (in, out) and passes weight.t()).
+bool plain_weight(const at::Tensor& weight, at::ScalarType dtype) {
+  return weight.dim() == 2 && (plain_tensor(weight, dtype) || plain_tensor(weight.t(), dtype));
+}
+
+// x @ weight^T for plain_values: x (rows, in), weight (out, in), a plain_weight
 at::Tensor plain_project(const at::Tensor& x, const at::Tensor& weight) {
   at::Tensor out = at::empty({x.size(0), weight.size(0)}, x.options());
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "seastar_layers projection", [&] {
-    dot_rows_of(x.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
-             x.size(0), x.size(1), weight.size(0));
+    dot_rows_of(x.const_data_ptr<scalar_t>(), weight.const_data_ptr<scalar_t>(), weight.stride(0), weight.stride(1),
+                out.mutable_data_ptr<scalar_t>(), x.size(0), x.size(1), weight.size(0));
   });
   return out;
 }
@@ -201,8 +207,8 @@ template <typename T>
 const T* data_or_null(const OptionalTensor& t) { return t.has_value() ? t->const_data_ptr<T>() : nullptr; }
 
 // The gradients of a small projection (plain_project's, out = x @ weight^T) for the plain loops' nodes, as small
-// as their forward: of its input, grad_out @ weight (`other`: the weight (outs, in)), or of its weight,
-// grad_out^T @ x (`other`: x (rows, in)); grad_out (rows, outs).
+// as their forward: of its input, grad_out @ weight (`other`: the weight (outs, in), a plain_weight), or of its
+// weight, grad_out^T @ x (`other`: x (rows, in)); grad_out (rows, outs).
 enum class GradientOf { kInput, kWeight };
 
 at::Tensor plain_projection_gradient(const at::Tensor& grad_out, const at::Tensor& other, GradientOf of) {
@@ -211,13 +217,14 @@ at::Tensor plain_projection_gradient(const at::Tensor& grad_out, const at::Tenso
   at::Tensor result = at::zeros({of_input ? rows : outs, in}, grad_out.options());
   AT_DISPATCH_FLOATING_TYPES(grad_out.scalar_type(), "seastar_layers projection backward", [&] {
     const scalar_t *g = grad_out.const_data_ptr<scalar_t>(), *m = other.const_data_ptr<scalar_t>();
+    const int64_t along = other.stride(0), across = other.stride(1);
     scalar_t* r = result.mutable_data_ptr<scalar_t>();
     for (int64_t row = 0; row < rows; ++row)
       for (int64_t k = 0; k < outs; ++k) {
         const scalar_t factor = g[row * outs + k];
         scalar_t* into = r + (of_input ? row : k) * in;
-        const scalar_t* from = m + (of_input ? k : row) * in;
-        for (int64_t i = 0; i < in; ++i) into[i] += factor * from[i];
+        const scalar_t* from = m + (of_input ? k : row) * along;
+        for (int64_t i = 0; i < in; ++i) into[i] += factor * from[i * across];
       }
   });
   return result;
@@ -387,13 +394,13 @@ class GatConvBackward : public torch::autograd::Node {
 };
 
 // Whether gat_conv runs in plain loops (plain_gat_conv): the drop-ins' usual call on a small graph: one matrix of
-// features for both ends (no x_dst: the destinations are the first sources), projected by a small weight or
-// given projected, one group of heads, no edge scores, mask, residual, attention dropout or returned attention;
-// every tensor contiguous, of the features' float type, untraced and without forward-mode AD; the sweep (edges
-// and destinations, times the width) below torch's grain size. x, weight, att_src, att_dst and bias may want
-// gradients (GatConvBackward). On a 10-vertex graph the recorded path (the projection, two scores, the program's
-// op and its autograd node, the bias) took about 45 us of PyG's GATConv's forward on a graph it had converted, 29
-// through these loops; forward and backward 163 us, 85 here.
+// features for both ends (no x_dst: the destinations are the first sources), projected by a small weight or given
+// projected, one group of heads, no edge scores, mask, residual, attention dropout or returned attention; every tensor
+// contiguous (the weight or its transpose), of the features' float type, untraced and not dual; the sweep (edges and
+// destinations, times the width) below torch's grain size. x, weight, att_src, att_dst and bias may want gradients
+// (GatConvBackward). On a 10-vertex graph the recorded path (the projection, two scores, the program's op and its
+// autograd node, the bias) took about 45 us of PyG's GATConv's forward on a graph it had converted, 29 through these
+// loops; forward and backward 163 us, 85 here.
 bool plain_gat(at::TensorList graph, const at::Tensor& x, const OptionalTensor& x_dst, const OptionalTensor& weight,
                const OptionalTensor& weight_dst, const at::Tensor& att_src, const OptionalTensor& att_dst,
                const OptionalTensor& a_edge, const OptionalTensor& mask, const OptionalTensor& residual,
@@ -402,9 +409,9 @@ bool plain_gat(at::TensorList graph, const at::Tensor& x, const OptionalTensor& 
       dropout > 0 || with_attention || x.dim() != 2)
     return false;
   const auto plain = [&](const at::Tensor& t) { return plain_tensor(t, x.scalar_type()); };
-  for (const OptionalTensor* t : {&weight, &att_dst, &bias})
+  for (const OptionalTensor* t : {&att_dst, &bias})
     if (t->has_value() && !plain(**t)) return false;
-  if (!plain(x) || !plain(att_src)) return false;
+  if (!plain(x) || !plain(att_src) || (weight.has_value() && !plain_weight(*weight, x.scalar_type()))) return false;
   const int64_t heads = att_src.size(1), channels = att_src.size(2);
   int64_t width = x.size(1);
   if (weight.has_value()) {
@@ -647,9 +654,9 @@ class GcnConvBackward : public torch::autograd::Node {
   bool with_weight_, with_bias_;
 };
 
-// Whether gcn_conv runs in plain loops: 2-d CPU features on a graph whose sum (its edges and destinations, times
-// the width) is below torch's grain size, a projection plain_project would take, every tensor contiguous and of
-// the features' float type, untraced and without forward-mode AD; x, weight and bias may want gradients
+// Whether gcn_conv runs in plain loops: 2-d CPU features on a graph whose sum (its edges and destinations, times the
+// width) is below torch's grain size, a projection plain_project would take, every tensor contiguous (the weight or its
+// transpose) and of the features' float type, untraced and not dual; x, weight and bias may want gradients
 // (GcnConvBackward), the scales and edge weights not. On a 10-vertex graph the recorded path's five ops (the
 // projection, two scalings, the weighted_sum program, the bias) took about 20 us of PyG's GCNConv's 51.
 bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight, const OptionalTensor& src_scale,
@@ -658,8 +665,8 @@ bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& 
   const bool recording = at::GradMode::is_enabled();
   for (const OptionalTensor* constant : {&src_scale, &dst_scale, &edge_weight})
     if (constant->has_value() && (!plain(**constant) || (recording && (*constant)->requires_grad()))) return false;
-  for (const OptionalTensor* t : {&weight, &bias})
-    if (t->has_value() && !plain(**t)) return false;
+  if ((bias.has_value() && !plain(*bias)) || (weight.has_value() && !plain_weight(*weight, x.scalar_type())))
+    return false;
   if (x.dim() != 2 || !plain(x)) return false;
   int64_t width = x.size(1);
   if (weight.has_value()) {

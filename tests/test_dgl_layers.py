@@ -156,6 +156,23 @@ def test_graphconv_norms(norm):
     check(ref, ours, graph(), x(), edge_weight=torch.rand(graph().num_edges()))
     wide, wide_ours = pair("GraphConv", in_feats=F_IN, out_feats=20, norm=norm)  # multiply after aggregating
     check(wide, wide_ours, graph(), x())
+    square, square_ours = pair("GraphConv", in_feats=F_IN, out_feats=F_IN, norm=norm)  # DGL aggregates first, we not
+    check(square, square_ours, graph(), x())
+    check(square, square_ours, graph(), x(), edge_weight=torch.rand(graph().num_edges(), 1))
+
+
+def test_small_graphconv_is_one_node():
+    """Where DGL multiplies first (or the widths are equal, or there is no weight) GraphConv is one
+    gcn_conv op, which on a small graph runs in plain loops recorded as one autograd node (the weight,
+    held as (in, out), passed transposed); where it aggregates first, the ops as before."""
+    for kwargs, weight in [(dict(out_feats=6), None), (dict(out_feats=F_IN), None),
+                           (dict(out_feats=4, weight=False), torch.randn(F_IN, 4).requires_grad_()),
+                           (dict(out_feats=F_IN, weight=False), None)]:
+        layer = sd.GraphConv(in_feats=F_IN, **kwargs)
+        out = layer(graph(), x().requires_grad_(), weight=weight)
+        assert out.grad_fn.name() == "seastar_layers::gcn_conv_backward", kwargs
+    assert sd.GraphConv(in_feats=F_IN, out_feats=20)(graph(), x().requires_grad_()).grad_fn.name() != \
+        "seastar_layers::gcn_conv_backward"
 
 
 def test_graphconv_external_weight_and_no_bias():

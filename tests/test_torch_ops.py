@@ -571,6 +571,29 @@ def test_small_gat_conv_runs_in_plain_loops_as_one_node(concat, projected, dst_s
         grad.sum().backward()
 
 
+def test_plain_loops_take_a_transposed_weight():
+    """The plain loops read a weight held as (in, out) and passed transposed (DGL's GraphConv) through
+    its strides: gcn_conv and gat_conv stay one plain node and equal the same weight made contiguous,
+    in value and gradient."""
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(N, 5, dtype=torch.float64, generator=gen)
+    held = torch.randn(5, 6, dtype=torch.float64, generator=gen)  # (in, out)
+    att = torch.randn(1, 2, 3, dtype=torch.float64, generator=gen)
+    scale = torch.rand(N, 1, dtype=torch.float64, generator=gen) + 0.5
+    calls = [lambda w: OPS.gcn_conv(GRAPH.tensors(), x, w, scale, scale, None, None),
+             lambda w: OPS.gat_conv(GRAPH.tensors(), x, None, w, None, att, att, None, None, None, None, 0.2, 0.0,
+                                    True, False)[0]]
+    for call, node in zip(calls, ["seastar_layers::gcn_conv_backward", "seastar_layers::gat_conv_backward"]):
+        transposed = held.clone().requires_grad_()
+        contiguous = held.t().contiguous().requires_grad_()
+        out, want = call(transposed.t()), call(contiguous)
+        assert out.grad_fn.name() == node
+        grad = torch.randn_like(out)
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(torch.autograd.grad(out, transposed, grad)[0],
+                                   torch.autograd.grad(want, contiguous, grad)[0].t())
+
+
 @pytest.mark.parametrize("grad_mode", [True, False])
 def test_forward_mode_ad_is_refused_by_name(grad_mode):
     """The programs' ops have no forward-mode derivative: a dual tensor (torch.autograd.forward_ad)
