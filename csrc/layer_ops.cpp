@@ -313,19 +313,43 @@ void plain_scores_backward(int64_t rows, int64_t heads, int64_t channels, const 
     }
 }
 
+// The plain loops' autograd nodes (GatConvBackward, GcnConvBackward, AppnpStepsBackward): named after their op,
+// releasing what they keep after a backward (a second one then raises torch's own error), and returning
+// gradients that refuse a double backward, naming the op.
+class PlainLoopsBackward : public torch::autograd::Node {
+ public:
+  std::string name() const override { return std::string(op_) + "_backward"; }
+
+ protected:
+  explicit PlainLoopsBackward(const char* op) : op_(op) {}
+
+  virtual std::vector<torch::autograd::SavedVariable*> kept() = 0;
+
+  void release_variables() override {
+    for (auto* v : kept()) v->reset_data();
+  }
+
+  torch::autograd::variable_list finish(torch::autograd::variable_list& gradients,
+                                        const torch::autograd::variable_list& grads) const {
+    if (at::GradMode::is_enabled()) refuse_double_backward(op_, gradients, grads, {});  // create_graph=True
+    return gradients;
+  }
+
+ private:
+  const char* op_;
+};
+
 // The backward of gat_conv's plain loops where autograd records them: the gradients of x, weight, att_src,
 // att_dst and bias (those wanted), from the forward's projection, scores and attention (alpha), kept.
-class GatConvBackward : public torch::autograd::Node {
+class GatConvBackward : public PlainLoopsBackward {
  public:
   GatConvBackward(at::TensorList graph, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& h,
                   const at::Tensor& att_src, const at::Tensor& att_dst, const at::Tensor& a_src,
                   const at::Tensor& a_dst, const at::Tensor& alpha, double slope, bool concat, bool with_bias)
-      : indptr_(graph[0], false), sources_(graph[1], false), x_(x, false), weight_(weight, false), h_(h, false),
-        att_src_(att_src, false), att_dst_(att_dst, false), a_src_(a_src, false), a_dst_(a_dst, false),
-        alpha_(alpha, false), slope_(slope), with_weight_(weight.defined()), with_dst_(att_dst.defined()),
-        concat_(concat), with_bias_(with_bias) {}
-
-  std::string name() const override { return "seastar_layers::gat_conv_backward"; }
+      : PlainLoopsBackward("seastar_layers::gat_conv"), indptr_(graph[0], false), sources_(graph[1], false),
+        x_(x, false), weight_(weight, false), h_(h, false), att_src_(att_src, false), att_dst_(att_dst, false),
+        a_src_(a_src, false), a_dst_(a_dst, false), alpha_(alpha, false), slope_(slope),
+        with_weight_(weight.defined()), with_dst_(att_dst.defined()), concat_(concat), with_bias_(with_bias) {}
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     const at::Tensor indptr = indptr_.unpack(), sources = sources_.unpack(), h = h_.unpack();
@@ -376,18 +400,11 @@ class GatConvBackward : public torch::autograd::Node {
   }
 
  protected:
-  void release_variables() override {  // a second backward then raises torch's own error
-    for (auto* v : {&indptr_, &sources_, &x_, &weight_, &h_, &att_src_, &att_dst_, &a_src_, &a_dst_, &alpha_})
-      v->reset_data();
+  std::vector<torch::autograd::SavedVariable*> kept() override {
+    return {&indptr_, &sources_, &x_, &weight_, &h_, &att_src_, &att_dst_, &a_src_, &a_dst_, &alpha_};
   }
 
  private:
-  torch::autograd::variable_list finish(torch::autograd::variable_list& gradients,
-                                        const torch::autograd::variable_list& grads) const {
-    if (at::GradMode::is_enabled()) refuse_double_backward("seastar_layers::gat_conv", gradients, grads, {});
-    return gradients;
-  }
-
   torch::autograd::SavedVariable indptr_, sources_, x_, weight_, h_, att_src_, att_dst_, a_src_, a_dst_, alpha_;
   double slope_;
   bool with_weight_, with_dst_, concat_, with_bias_;
@@ -597,15 +614,14 @@ void scaled_neighbour_sum(const index_t* indptr, const index_t* neighbours, cons
 
 // The backward of gcn_conv's plain loops where autograd records them: the gradients of x, weight and bias (those
 // wanted), the projection's by plain products, as small as the forward's. The scales and edge weights are constants.
-class GcnConvBackward : public torch::autograd::Node {
+class GcnConvBackward : public PlainLoopsBackward {
  public:
   GcnConvBackward(at::TensorList graph, const at::Tensor& x, const at::Tensor& weight, const at::Tensor& src_scale,
                   const at::Tensor& dst_scale, const at::Tensor& edge_weight, bool with_bias)
-      : indptr_(graph[3], false), destinations_(graph[4], false), eids_(graph[5], false), x_(x, false),
-        weight_(weight, false), src_scale_(src_scale, false), dst_scale_(dst_scale, false),
-        edge_weight_(edge_weight, false), with_weight_(weight.defined()), with_bias_(with_bias) {}
-
-  std::string name() const override { return "seastar_layers::gcn_conv_backward"; }
+      : PlainLoopsBackward("seastar_layers::gcn_conv"), indptr_(graph[3], false), destinations_(graph[4], false),
+        eids_(graph[5], false), x_(x, false), weight_(weight, false), src_scale_(src_scale, false),
+        dst_scale_(dst_scale, false), edge_weight_(edge_weight, false), with_weight_(weight.defined()),
+        with_bias_(with_bias) {}
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     const at::Tensor indptr = indptr_.unpack(), destinations = destinations_.unpack(), eids = eids_.unpack();
@@ -638,18 +654,11 @@ class GcnConvBackward : public torch::autograd::Node {
   }
 
  protected:
-  void release_variables() override {  // a second backward then raises torch's own error
-    for (auto* v : {&indptr_, &destinations_, &eids_, &x_, &weight_, &src_scale_, &dst_scale_, &edge_weight_})
-      v->reset_data();
+  std::vector<torch::autograd::SavedVariable*> kept() override {
+    return {&indptr_, &destinations_, &eids_, &x_, &weight_, &src_scale_, &dst_scale_, &edge_weight_};
   }
 
  private:
-  torch::autograd::variable_list finish(torch::autograd::variable_list& gradients,
-                                        const torch::autograd::variable_list& grads) const {
-    if (at::GradMode::is_enabled()) refuse_double_backward("seastar_layers::gcn_conv", gradients, grads, {});
-    return gradients;
-  }
-
   torch::autograd::SavedVariable indptr_, destinations_, eids_, x_, weight_, src_scale_, dst_scale_, edge_weight_;
   bool with_weight_, with_bias_;
 };
@@ -773,14 +782,13 @@ void appnp_steps_backward(const index_t* indptr, const index_t* destinations, in
 // The backward of appnp_propagate's steps where they run in plain loops while autograd records them (only h wants a
 // gradient): one node for the K steps, whose 3K recorded ops took about two thirds of a layer's call on a 10-vertex
 // graph.
-class AppnpStepsBackward : public torch::autograd::Node {
+class AppnpStepsBackward : public PlainLoopsBackward {
  public:
   AppnpStepsBackward(at::TensorList graph, const at::Tensor& src_scale, const at::Tensor& dst_scale, double alpha,
                      int64_t steps)
-      : out_indptr_(graph[3], false), destinations_(graph[4], false), src_scale_(src_scale, false),
-        dst_scale_(dst_scale, false), alpha_(alpha), steps_(steps) {}
-
-  std::string name() const override { return "seastar_layers::appnp_propagate_backward"; }
+      : PlainLoopsBackward("seastar_layers::appnp_propagate"), out_indptr_(graph[3], false),
+        destinations_(graph[4], false), src_scale_(src_scale, false), dst_scale_(dst_scale, false), alpha_(alpha),
+        steps_(steps) {}
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     const at::Tensor indptr = out_indptr_.unpack(), destinations = destinations_.unpack();
@@ -796,13 +804,12 @@ class AppnpStepsBackward : public torch::autograd::Node {
       });
     });
     torch::autograd::variable_list gradients = {grad_h};
-    if (at::GradMode::is_enabled()) refuse_double_backward("seastar_layers::appnp_propagate", gradients, grads, {});
-    return gradients;
+    return finish(gradients, grads);
   }
 
  protected:
-  void release_variables() override {  // a second backward then raises torch's own error
-    for (auto* v : {&out_indptr_, &destinations_, &src_scale_, &dst_scale_}) v->reset_data();
+  std::vector<torch::autograd::SavedVariable*> kept() override {
+    return {&out_indptr_, &destinations_, &src_scale_, &dst_scale_};
   }
 
  private:
