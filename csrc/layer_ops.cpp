@@ -148,6 +148,16 @@ bool plain_weight(const at::Tensor& weight, at::ScalarType dtype) {
   return weight.dim() == 2 && (plain_tensor(weight, dtype) || plain_tensor(weight.t(), dtype));
 }
 
+// The width of the 2-d x's projection by `weight` where the plain loops take it (a plain_weight whose rows match x's,
+// a product plain_project takes), or x's own width without a weight; none where they do not.
+std::optional<int64_t> plain_projection_width(const at::Tensor& x, const OptionalTensor& weight) {
+  if (!weight.has_value()) return x.size(1);
+  if (!plain_weight(*weight, x.scalar_type()) || weight->size(1) != x.size(1) ||
+      x.size(0) * x.size(1) * weight->size(0) > kPlainProduct)
+    return std::nullopt;
+  return weight->size(0);
+}
+
 // x @ weight^T for plain_values: x (rows, in), weight (out, in), a plain_weight
 at::Tensor plain_project(const at::Tensor& x, const at::Tensor& weight) {
   at::Tensor out = at::empty({x.size(0), weight.size(0)}, x.options());
@@ -162,8 +172,7 @@ at::Tensor plain_project(const at::Tensor& x, const at::Tensor& weight) {
 at::Tensor project(const at::Tensor& x, const OptionalTensor& weight) {
   if (!weight.has_value()) return x;
   // shapes that do not multiply go to at::mm, which says so
-  if (x.dim() == 2 && weight->dim() == 2 && plain_values({&x, &*weight}) && x.size(1) == weight->size(1) &&
-      x.size(0) * x.size(1) * weight->size(0) <= kPlainProduct)
+  if (x.dim() == 2 && plain_values({&x, &*weight}) && plain_projection_width(x, weight).has_value())
     return plain_project(x, *weight);
   // at::linear of a matrix without a bias is this mm, after two dispatches of its own (a microsecond)
   return x.dim() == 2 && weight->dim() == 2 ? at::mm(x, weight->t()) : at::linear(x, *weight);
@@ -205,6 +214,8 @@ template <typename T>
 const T* data_or_null(const at::Tensor& t) { return t.defined() ? t.const_data_ptr<T>() : nullptr; }
 template <typename T>
 const T* data_or_null(const OptionalTensor& t) { return t.has_value() ? t->const_data_ptr<T>() : nullptr; }
+
+at::Tensor or_undefined(const OptionalTensor& t) { return t.has_value() ? *t : at::Tensor(); }
 
 // The gradients of a small projection (plain_project's, out = x @ weight^T) for the plain loops' nodes, as small
 // as their forward: of its input, grad_out @ weight (`other`: the weight (outs, in), a plain_weight), or of its
@@ -428,21 +439,16 @@ bool plain_gat(at::TensorList graph, const at::Tensor& x, const OptionalTensor& 
   const auto plain = [&](const at::Tensor& t) { return plain_tensor(t, x.scalar_type()); };
   for (const OptionalTensor* t : {&att_dst, &bias})
     if (t->has_value() && !plain(**t)) return false;
-  if (!plain(x) || !plain(att_src) || (weight.has_value() && !plain_weight(*weight, x.scalar_type()))) return false;
+  if (!plain(x) || !plain(att_src)) return false;
   const int64_t heads = att_src.size(1), channels = att_src.size(2);
-  int64_t width = x.size(1);
-  if (weight.has_value()) {
-    if (weight->dim() != 2 || weight->size(1) != x.size(1) || x.size(0) * x.size(1) * weight->size(0) > kPlainProduct)
-      return false;
-    width = weight->size(0);
-  }
-  if (heads == 0 || channels == 0 || width != heads * channels ||
+  const std::optional<int64_t> width = plain_projection_width(x, weight);
+  if (!width.has_value() || heads == 0 || channels == 0 || *width != heads * channels ||
       (att_dst.has_value() && att_dst->sizes() != att_src.sizes()) ||
-      (bias.has_value() && (bias->dim() != 1 || bias->size(0) != (concat ? width : channels))))
+      (bias.has_value() && (bias->dim() != 1 || bias->size(0) != (concat ? *width : channels))))
     return false;
   const std::optional<GraphSizes> sizes = plain_graph(graph, "seastar_layers::gat_conv");
   return sizes.has_value() && (*sizes)[0] == x.size(0) && (*sizes)[1] <= x.size(0) &&
-         ((*sizes)[2] + (*sizes)[1]) * width < kSerialWork;
+         ((*sizes)[2] + (*sizes)[1]) * *width < kSerialWork;
 }
 
 at::Tensor plain_gat_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
@@ -477,15 +483,10 @@ at::Tensor plain_gat_conv(at::TensorList graph, const at::Tensor& x, const Optio
     }
   });
   if (bias.has_value()) add_rows(out, *bias);
-  const auto or_undefined = [](const OptionalTensor& t) { return t.has_value() ? *t : at::Tensor(); };
-  bool wanted = x.requires_grad() || att_src.requires_grad();
-  for (const OptionalTensor* t : {&weight, &att_dst, &bias})
-    wanted = wanted || (t->has_value() && (*t)->requires_grad());
-  if (at::GradMode::is_enabled() && wanted) {
+  if (torch::autograd::compute_requires_grad(x, weight, att_src, att_dst, bias)) {
     auto node = make_node<GatConvBackward>(graph, x, or_undefined(weight), h, att_src, or_undefined(att_dst), a_src,
                                            a_dst, alpha, negative_slope, concat, bias.has_value());
-    node->set_next_edges(torch::autograd::collect_next_edges(x, or_undefined(weight), att_src, or_undefined(att_dst),
-                                                             or_undefined(bias)));
+    node->set_next_edges(torch::autograd::collect_next_edges(x, weight, att_src, att_dst, bias));
     torch::autograd::set_history(out, node);
   }
   return out;
@@ -674,18 +675,11 @@ bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& 
   const bool recording = at::GradMode::is_enabled();
   for (const OptionalTensor* constant : {&src_scale, &dst_scale, &edge_weight})
     if (constant->has_value() && (!plain(**constant) || (recording && (*constant)->requires_grad()))) return false;
-  if ((bias.has_value() && !plain(*bias)) || (weight.has_value() && !plain_weight(*weight, x.scalar_type())))
-    return false;
-  if (x.dim() != 2 || !plain(x)) return false;
-  int64_t width = x.size(1);
-  if (weight.has_value()) {
-    if (weight->dim() != 2 || weight->size(1) != x.size(1) || x.size(0) * x.size(1) * weight->size(0) > kPlainProduct)
-      return false;
-    width = weight->size(0);
-  }
-  if (bias.has_value() && (bias->dim() != 1 || bias->size(0) != width)) return false;
+  if (x.dim() != 2 || !plain(x) || (bias.has_value() && !plain(*bias))) return false;
+  const std::optional<int64_t> width = plain_projection_width(x, weight);
+  if (!width.has_value() || (bias.has_value() && (bias->dim() != 1 || bias->size(0) != *width))) return false;
   const std::optional<GraphSizes> sizes = plain_graph(graph, "seastar_layers::gcn_conv");
-  if (!sizes.has_value() || (*sizes)[0] != x.size(0) || ((*sizes)[2] + (*sizes)[1]) * width >= kSerialWork)
+  if (!sizes.has_value() || (*sizes)[0] != x.size(0) || ((*sizes)[2] + (*sizes)[1]) * *width >= kSerialWork)
     return false;
   return (!src_scale.has_value() || one_per_row(*src_scale, (*sizes)[0])) &&
          (!dst_scale.has_value() || one_per_row(*dst_scale, (*sizes)[1])) &&
@@ -695,7 +689,6 @@ bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& 
 at::Tensor plain_gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
                           const OptionalTensor& src_scale, const OptionalTensor& dst_scale,
                           const OptionalTensor& edge_weight, const OptionalTensor& bias) {
-  const auto or_undefined = [](const OptionalTensor& t) { return t.has_value() ? *t : at::Tensor(); };
   const at::Tensor h = weight.has_value() ? plain_project(x, *weight) : x;
   const int64_t rows_dst = graph[0].numel() - 1, width = h.size(1);
   at::Tensor out = at::empty({rows_dst, width}, x.options());
@@ -708,12 +701,10 @@ at::Tensor plain_gcn_conv(at::TensorList graph, const at::Tensor& x, const Optio
                            out.mutable_data_ptr<scalar_t>());
     });
   });
-  const bool wanted = x.requires_grad() || (weight.has_value() && weight->requires_grad()) ||
-                      (bias.has_value() && bias->requires_grad());
-  if (at::GradMode::is_enabled() && wanted) {
+  if (torch::autograd::compute_requires_grad(x, weight, bias)) {
     auto node = make_node<GcnConvBackward>(graph, x, or_undefined(weight), or_undefined(src_scale),
                                            or_undefined(dst_scale), or_undefined(edge_weight), bias.has_value());
-    node->set_next_edges(torch::autograd::collect_next_edges(x, or_undefined(weight), or_undefined(bias)));
+    node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
     torch::autograd::set_history(out, node);
   }
   return out;
@@ -849,7 +840,7 @@ at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::
                     static_cast<scalar_t>(1 - alpha), steps, out.mutable_data_ptr<scalar_t>());
       });
     });
-    if (at::GradMode::is_enabled() && h.requires_grad()) {
+    if (torch::autograd::compute_requires_grad(h)) {
       auto node = make_node<AppnpStepsBackward>(graph, src_scale, dst_scale, alpha, steps);
       node->set_next_edges(torch::autograd::collect_next_edges(h));
       torch::autograd::set_history(out, node);
