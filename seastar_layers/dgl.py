@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy
 import torch
 
 from .compat import import_dgl
-from .graph import Graph, as_graph
+from .graph import Graph
 from .nn import programs
 from .nn.modules import linear_weight, member, passes_through
 from .runtime import library
@@ -65,11 +66,20 @@ def _converted(graph) -> _Converted:
 @torch.compiler.disable(reason="converting a DGL graph calls DGL's C library, which dynamo cannot trace; convert "
                                "graphs before the compiled model with seastar_layers.dgl.prepare(g)")
 def _convert(graph) -> _Converted:
-    g = as_graph(graph)
-    converted = _Converted(graph._graph, g, graph.is_block, bool((g.in_indptr[1:] == g.in_indptr[:-1]).any()),
-                           torch.is_inference_mode_enabled())
+    # kept on the DGLGraph (graph_cache, keyed by its index, would hold the same conversion twice)
+    g = Graph.from_dgl(graph)
+    converted = _Converted(graph._graph, g, graph.is_block, _has_empty_rows(g.in_indptr), torch.is_inference_mode_enabled())
     graph._seastar_converted = converted
     return converted
+
+
+def _has_empty_rows(indptr: torch.Tensor) -> bool:
+    """Whether a row of the CSR is empty (a destination without in-edges). On the CPU through numpy:
+    torch's three ops take 5 us on a small graph (a sampled block is a new one every step), numpy 1.4."""
+    if indptr.device.type != "cpu":
+        return bool((indptr[1:] == indptr[:-1]).any())
+    ends = indptr.numpy()
+    return bool(numpy.count_nonzero(ends[1:] == ends[:-1]))
 
 
 def _check_in_degrees(module, converted: _Converted) -> None:
@@ -141,19 +151,24 @@ class GATConv(_DGLGATConv):
         return rst
 
 
-def _cached_norm(g: Graph, sources: bool, like: torch.Tensor, how: str) -> torch.Tensor:
-    """GraphConv's degree scale (norm "both": degree^-1/2, else 1/degree) of the sources' out-degrees
-    or the destinations' in-degrees, shaped to scale `like`'s rows: it follows from the graph alone,
-    so it is made once per graph (inside a traced model, on every call)."""
+def _degree_norms(g: Graph, how: str, sources: torch.Tensor,
+                  destinations: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """GraphConv's degree scales of norm `how` ("both": degree^-1/2 on either side; "left": 1/degree
+    of the sources' out-degrees; "right": of the destinations' in-degrees), None on a side it leaves
+    unscaled, each in the dtype and shape that scales its features' rows (as DGL's, whose scales take
+    their features' dtype). They follow from the graph alone: made once per graph (inside a traced
+    model, on every call), both in one go (a sampled block is a new graph every step)."""
     def make():
+        exponent = -0.5 if how == "both" else -1.0
         # DGL clamps the degrees to 1: a vertex without edges is scaled by 1
-        norm = torch.ops.seastar_layers.degree_scales(g.out_indptr if sources else g.in_indptr, like.dtype,
-                                                      -0.5 if how == "both" else -1.0, 1.0)
-        return norm.reshape(norm.shape + (1,) * (like.dim() - 1))
+        return tuple(torch.ops.seastar_layers.degree_scales(indptr, like.dtype, exponent, 1.0).view(
+            (-1,) + (1,) * (like.dim() - 1)) if how in (side, "both") else None
+            for side, indptr, like in (("left", g.out_indptr, sources), ("right", g.in_indptr, destinations)))
 
     if torch.compiler.is_compiling():
         return make()
-    return g.derived(("dgl_degree_norm", sources, how, like.dtype, like.device, like.dim()), make)
+    return g.derived(("dgl_degree_norms", how, sources.dtype, destinations.dtype, sources.device, sources.dim(),
+                      destinations.dim()), make)
 
 
 def _edge_weight_norm(g: Graph, edge_weight: torch.Tensor) -> torch.Tensor:
@@ -219,10 +234,9 @@ class GraphConv(_DGLGraphConv):
             # DGL's order where it multiplies first (for equal widths either order moves as much):
             # projection, the source norm, the sum, the destination norm and bias in one op
             # (csrc/layer_ops.cpp: gcn_conv), whole in plain loops with one autograd node on a small graph
+            src_norm, dst_norm = _degree_norms(g, self._norm, feat_src, feat_dst)
             rst = torch.ops.seastar_layers.gcn_conv.default(
-                g.op_tensors(), feat_src, None if weight is None else weight.t(),
-                _cached_norm(g, True, feat_src, self._norm) if self._norm in ("left", "both") else None,
-                _cached_norm(g, False, feat_dst, self._norm) if self._norm in ("right", "both") else None,
+                g.op_tensors(), feat_src, None if weight is None else weight.t(), src_norm, dst_norm,
                 None if edge_weight is None else edge_weight.reshape(g.num_edges), member(self, "bias"))
             return rst if self._activation is None else self._activation(rst)
         # multiply first when that makes the messages narrower, as DGL; the source norm, a per-row
@@ -231,13 +245,14 @@ class GraphConv(_DGLGraphConv):
         project_first = self._in_feats > self._out_feats and weight is not None
         if project_first:
             feat_src = torch.matmul(feat_src, weight)
-        if self._norm in ("left", "both"):
-            feat_src = feat_src * _cached_norm(g, True, feat_src, self._norm)
+        src_norm, dst_norm = _degree_norms(g, self._norm, feat_src, feat_dst)
+        if src_norm is not None:
+            feat_src = feat_src * src_norm
         rst = _weighted_sum(g, feat_src, edge_weight)
         if weight is not None and not project_first:
             rst = torch.matmul(rst, weight)
-        if self._norm in ("right", "both"):
-            rst = rst * _cached_norm(g, False, feat_dst, self._norm)
+        if dst_norm is not None:
+            rst = rst * dst_norm
         bias = member(self, "bias")
         if bias is not None:
             rst = rst + bias
@@ -263,8 +278,7 @@ class APPNPConv(_DGLAPPNPConv):
         edge_drop = self._modules["edge_drop"]  # read directly, as member() says why
         dropping = self.training and edge_drop.p > 0
         if edge_weight is None:
-            src_norm = _cached_norm(g, True, feat, "both").view(-1, 1)
-            dst_norm = _cached_norm(g, False, feat, "both").view(-1, 1)
+            src_norm, dst_norm = _degree_norms(g, "both", feat_0, feat_0)
             if not dropping:  # the K steps looped in C++ (csrc/layer_ops.cpp)
                 return torch.ops.seastar_layers.appnp_propagate.default(graph_tensors, feat_0, src_norm, dst_norm,
                                                                 float(self._alpha), self._k).view(feat.shape)

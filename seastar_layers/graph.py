@@ -210,7 +210,7 @@ class Graph:
         return cls._from_checked(_shared_dtype(arrays, num_src, num_dst), num_src, num_dst)
 
     @classmethod
-    def from_dgl(cls, g) -> Graph:
+    def from_dgl(cls, g, sizes: tuple[int, int] | None = None) -> Graph:
         """From a DGLGraph or block, with DGL's edge ids as edge ids.
 
         A graph of at least SHARED_LAYOUT_EDGES edges where DGL already holds its CSC and CSR
@@ -222,11 +222,10 @@ class Graph:
         cost twice as much (5.2 ms against 2.5 ms on a 163k-edge block) and keep its copies, and on
         a small graph reading DGL's two layouts (its formats, two adjacency calls through DGL's FFI,
         the checks) costs 200 us against 45 us for its edge list. A graph restricted to sparse
-        formats without an edge list (g.formats("csc")) lists its edges with their ids."""
-        if len(g.canonical_etypes) != 1:
-            raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {g.canonical_etypes}); "
-                             "pass one relation at a time, e.g. g[etype]")
-        num_src, num_dst, num_edges = g.num_src_nodes(), g.num_dst_nodes(), g.num_edges()
+        formats without an edge list (g.formats("csc")) lists its edges with their ids. `sizes` is
+        dgl_sizes(g) where the caller has read it."""
+        num_src, num_dst = dgl_sizes(g) if sizes is None else sizes
+        num_edges = g._graph.num_edges(0)
         if num_edges >= SHARED_LAYOUT_EDGES and {"csc", "csr"} <= set(g.formats()["created"]):
             arrays = _shared_dtype((*g.adj_tensors("csc"), *g.adj_tensors("csr")), num_src, num_dst)
             if arrays[1].numel() == num_edges and not _layouts_problem(*arrays, num_src, num_dst):
@@ -244,6 +243,20 @@ class Graph:
             src = torch.full_like(eid, -1).index_copy_(0, eid, listed_src.to(torch.int64))
             dst = torch.full_like(eid, -1).index_copy_(0, eid, listed_dst.to(torch.int64))
         return cls.from_edges(src, dst, num_src, num_dst)
+
+
+def dgl_sizes(g) -> tuple[int, int]:
+    """(source vertices, destination vertices) of a DGL graph of one edge type: the sizes of that
+    relation's two node types, read from DGL's graph index (num_src_nodes() sums over every source
+    type in Python, and a sampled block is a new graph on every step)."""
+    relations = g.canonical_etypes
+    if len(relations) != 1:
+        raise ValueError(f"heterogeneous DGL graphs are not supported (edge types: {relations}); "
+                         "pass one relation at a time, e.g. g[etype]")
+    source_type, _, destination_type = relations[0]
+    index = g._graph
+    return (index.num_nodes(g.get_ntype_id_from_src(source_type)),
+            index.num_nodes(g.get_ntype_id_from_dst(destination_type)))
 
 
 _DGL_EDGES_ENTRY = "_CAPI_DGLHeteroEdges"  # DGL's C entry point behind HeteroGraphIndex.edges (DGL 2.1)
@@ -491,8 +504,8 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
         if size is not None:
             raise ValueError("pass 'size' only with an edge_index tensor; a DGL graph already knows its sizes")
         # DGL's graph index is immutable: editing a DGLGraph's edges gives it a new one
-        return graph_cache.get(graph._graph, ("dgl", graph.num_src_nodes(), graph.num_dst_nodes()) + key,
-                               lambda: Graph.from_dgl(graph))
+        sizes = dgl_sizes(graph)
+        return graph_cache.get(graph._graph, ("dgl", *sizes) + key, lambda: Graph.from_dgl(graph, sizes))
     raise TypeError(f"the graph must be an edge_index tensor of shape (2, E), a PyG EdgeIndex, a DGLGraph or block, "
                     f"or a seastar_layers.Graph; got {type(graph).__name__}")
 

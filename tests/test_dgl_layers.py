@@ -6,7 +6,7 @@ from seastar_layers.compat import import_dgl
 
 dgl = import_dgl()
 import seastar_layers.dgl as sd  # noqa: E402
-from seastar_layers.graph import graph_cache  # noqa: E402
+from seastar_layers.graph import Graph  # noqa: E402
 
 N, F_IN = 31, 10
 
@@ -219,13 +219,23 @@ def test_state_dicts_load_both_ways_and_repr():
         ours.reset_parameters() if hasattr(ours, "reset_parameters") else None
 
 
-def test_dgl_graph_converted_once():
-    _, ours = pair("GATConv", in_feats=F_IN, out_feats=3, num_heads=2)
+def test_dgl_graph_converted_once(monkeypatch):
+    """A DGLGraph is converted on its first call, then read from the graph object by every layer;
+    a graph whose edges change in place (DGL gives it a new graph index) is converted again."""
+    conversions = []
+    convert = Graph.from_dgl.__func__
+    monkeypatch.setattr(Graph, "from_dgl", classmethod(lambda cls, g, *a: conversions.append(g) or convert(cls, g, *a)))
+    pairs = [pair(name, **kwargs) for name, kwargs in [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2)),
+                                                       ("GraphConv", dict(in_feats=F_IN, out_feats=3)),
+                                                       ("APPNPConv", dict(k=2, alpha=0.1))]]
     g = graph()
-    ours(g, x())
-    before = graph_cache.builds
-    ours(g, x(seed=3))
-    assert graph_cache.builds == before
+    for _, ours in pairs * 2:
+        ours(g, x())
+    assert conversions == [g]
+    g.add_edges([0], [1])
+    for ref, ours in pairs:
+        torch.testing.assert_close(ours(g, x()), ref(g, x()), atol=1e-5, rtol=1e-5)
+    assert conversions == [g, g]
 
 
 @pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=2)),
