@@ -17,7 +17,7 @@ import torch
 from .compat import import_dgl
 from .graph import Graph
 from .nn import programs
-from .nn.modules import linear_weight, member, passes_through
+from .nn.modules import leading_rows, linear_weight, member, passes_through
 from .runtime import library
 from .runtime.executor import COMPUTE_DTYPE
 
@@ -68,7 +68,8 @@ def _converted(graph) -> _Converted:
 def _convert(graph) -> _Converted:
     # kept on the DGLGraph (graph_cache, keyed by its index, would hold the same conversion twice)
     g = Graph.from_dgl(graph)
-    converted = _Converted(graph._graph, g, graph.is_block, _has_empty_rows(g.in_indptr), torch.is_inference_mode_enabled())
+    converted = _Converted(graph._graph, g, graph.is_block, _has_empty_rows(g.in_indptr),
+                           torch.is_inference_mode_enabled())
     graph._seastar_converted = converted
     return converted
 
@@ -125,6 +126,8 @@ class GATConv(_DGLGATConv):
         else:
             x_src = h_src
             weight_dst = None if fc_dst is fc_src else weight_dst
+            if x_dst is not None and weight_dst is None and x_dst.size(0) == g.num_dst and leading_rows(x_dst, x_src):
+                x_dst = None  # (h, h[:num_dst]): the op's destinations are then the sources' first rows
         mask = None
         if edge_weight is not None:  # (N, *, H, .) features: every (*, head) pair attends on its own
             heads = math.prod(src_prefix[1:]) * H

@@ -184,3 +184,38 @@ def assert_unbiased(samples: torch.Tensor, expected: torch.Tensor, what: str) ->
     standard_error = (var.sum() / samples.shape[0]).sqrt()
     assert error < 4 * standard_error, f"{what}: the mean of {samples.shape[0]} draws is {error:.3g} from the eval " \
                                        f"output, {error / standard_error:.1f} standard errors"
+
+
+class RecordingOp:
+    """Stands in for torch.ops.seastar_layers.<name> (called as the packet or as .default) and
+    records each call's positional arguments before running the op."""
+
+    def __init__(self, name: str):
+        self.op = getattr(torch.ops.seastar_layers, name)
+        self.calls: list[tuple] = []
+
+    def __call__(self, *args):
+        self.calls.append(args)
+        return self.op(*args)
+
+    def default(self, *args):
+        return self(*args)
+
+
+def leading_rows_cases(n_src: int, n_dst: int, width: int, case: str, seed: int = 1):
+    """(leaf, x, x_dst, hooked): features for a block whose destinations come as x_dst, as `case` makes
+    them: "leaf", "computed" (x made from the leaf) and "no-grad" pass x[:n_dst]; "retained" and
+    "hooked" the same with its gradient retained or a hook recording it (in hooked); "detached" and
+    "copied" rows that only hold x's values (x.detach()[:n_dst], x[:n_dst].clone())."""
+    leaf = torch.randn(n_src, width, generator=torch.Generator().manual_seed(seed)).requires_grad_(case != "no-grad")
+    x = leaf * 2 if case == "computed" else leaf
+    x_dst = x.detach()[:n_dst] if case == "detached" else x[:n_dst].clone() if case == "copied" else x[:n_dst]
+    hooked = []
+    if case == "retained":
+        x_dst.retain_grad()
+    if case == "hooked":
+        x_dst.register_hook(hooked.append)
+    return leaf, x, x_dst, hooked
+
+
+LEADING_ROWS_CASES = ["leaf", "computed", "no-grad", "retained", "hooked", "detached", "copied"]

@@ -121,6 +121,16 @@ def test_pyg_bipartite_gat():
 
     check_compiled(Bipartite().eval(), x_src, x_dst, ei)
 
+    class Block(torch.nn.Module):  # the destinations as the first sources, x[:n] (eager projects them once)
+        def __init__(self):
+            super().__init__()
+            self.layer = sl.GATConv(F_IN, 4, heads=2)
+
+        def forward(self, x, edge_index):
+            return self.layer((x, x[:9]), edge_index, size=(N, 9))
+
+    check_compiled(Block().eval(), x_src, ei)
+
 
 def test_pyg_static_graph_features():
     x = torch.randn(3, N, F_IN, generator=torch.Generator().manual_seed(6))
@@ -209,6 +219,7 @@ def test_dgl_sampled_block():
 
     block = sd.prepare(sampled_blocks()[0])
     x = torch.randn(block.num_src_nodes(), BLOCK_F_IN, generator=torch.Generator().manual_seed(11))
+    num_dst = block.num_dst_nodes()  # read outside: DGL's C library cannot be traced
 
     class OnBlock(torch.nn.Module):
         def __init__(self):
@@ -216,7 +227,8 @@ def test_dgl_sampled_block():
             self.gat, self.conv = sd.GATConv(BLOCK_F_IN, 3, 2), sd.GraphConv(BLOCK_F_IN, 3)
 
         def forward(self, block, x):
-            return self.gat(block, x).flatten(1) + self.conv(block, x).repeat(1, 2)
+            pair = (x, x[:num_dst])  # as DGL's examples pass a block's features
+            return self.gat(block, x).flatten(1) + self.conv(block, x).repeat(1, 2) + self.gat(block, pair).flatten(1)
 
     check_compiled(OnBlock().eval(), block, x)
 

@@ -7,6 +7,7 @@ from seastar_layers.compat import import_dgl
 dgl = import_dgl()
 import seastar_layers.dgl as sd  # noqa: E402
 from seastar_layers.graph import Graph  # noqa: E402
+from helpers import LEADING_ROWS_CASES, RecordingOp, leading_rows_cases  # noqa: E402
 
 N, F_IN = 31, 10
 
@@ -147,6 +148,29 @@ def test_sampled_blocks(name, kwargs):
     for block in sampled_blocks():
         assert block.is_block and block.num_src_nodes() != block.num_dst_nodes()
         check(ref, ours, block, x(block.num_src_nodes(), F_IN))
+
+
+@pytest.mark.parametrize("case", LEADING_ROWS_CASES)
+def test_gat_block_destinations_as_leading_rows(case, monkeypatch):
+    """A block's destination features passed as h[:num_dst] (as DGL's sampler examples pass them)
+    are projected once, as the sources' first rows (the op gets no destination features); outputs
+    and every gradient equal DGL's, h[:num_dst]'s own where it retains its gradient or has a hook
+    (projected apart then), and rows that only hold h's values (detached, copied) are projected apart."""
+    block = sampled_blocks()[0]
+    n_src, n_dst = block.num_src_nodes(), block.num_dst_nodes()
+    ref, ours = pair("GATConv", in_feats=F_IN, out_feats=3, num_heads=2, allow_zero_in_degree=True)
+    op = RecordingOp("gat_conv")
+    monkeypatch.setattr(torch.ops.seastar_layers, "gat_conv", op)
+    results = []
+    for layer in (ref, ours):
+        leaf, h, h_dst, hooked = leading_rows_cases(n_src, n_dst, F_IN, case)
+        out = layer(block, (h, h_dst))
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(3)))
+        results.append([out, leaf.grad, h_dst.grad if case == "retained" else None, *hooked,
+                        *(p.grad for p in layer.parameters())])
+    for theirs, ours_ in zip(*results, strict=True):
+        torch.testing.assert_close(ours_, theirs, atol=1e-5, rtol=1e-5)
+    assert (op.calls[0][2] is None) == (case in ("leaf", "computed", "no-grad")), case
 
 
 @pytest.mark.parametrize("norm", ["both", "left", "right", "none"])

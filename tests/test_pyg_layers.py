@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from helpers import assert_unbiased, draws, random_graph
+from helpers import LEADING_ROWS_CASES, RecordingOp, assert_unbiased, draws, leading_rows_cases, random_graph
 
 import seastar_layers as sl
 from seastar_layers.graph import graph_cache
@@ -103,6 +103,30 @@ def test_gat_bipartite_and_size():
     check(ref, ours, (x_src, x_dst), ei, size=(17, 9))
     ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2, add_self_loops=False)
     check(ref, ours, (x_src, x_dst[:, :1].expand(9, F_IN).contiguous()), ei)
+
+
+@pytest.mark.parametrize("case", LEADING_ROWS_CASES)
+def test_gat_block_destinations_as_leading_rows(case, monkeypatch):
+    """A block's destinations passed as x[:n] (as PyG's sampler examples pass them) are projected
+    once, as the senders' first rows (the op gets no x_dst); outputs and every gradient equal PyG's,
+    x[:n]'s own where it retains its gradient or has a hook (projected apart then, so that it gets
+    one), and rows that only hold x's values (detached, copied) are projected apart."""
+    n_src, n_dst = 17, 9
+    ei = random_graph(n_src, n_dst, 50, seed=4)
+    ref, ours = pair("GATConv", in_channels=F_IN, out_channels=4, heads=2)
+    op = RecordingOp("gat_conv")
+    monkeypatch.setattr(torch.ops.seastar_layers, "gat_conv", op)
+    results = []
+    for layer in (ref, ours):
+        leaf, x, x_dst, hooked = leading_rows_cases(n_src, n_dst, F_IN, case)
+        out = layer((x, x_dst), ei, size=(n_src, n_dst))
+        out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(3)))
+        results.append([out, leaf.grad, x_dst.grad if case == "retained" else None, *hooked,
+                        *(p.grad for p in layer.parameters())])
+    for theirs, ours_ in zip(*results, strict=True):
+        torch.testing.assert_close(ours_, theirs, atol=1e-5, rtol=1e-5)
+    x_dst_passed = op.calls[0][2]
+    assert (x_dst_passed is None) == (case in ("leaf", "computed", "no-grad")), case
 
 
 def test_gat_dropout_is_on_attention_and_deterministic_in_eval():

@@ -1,8 +1,9 @@
-"""What the layers read of the torch modules they hold (projections), without calling them."""
+"""What the layers read of the torch modules they hold (projections) and of their inputs, without calling them."""
 from __future__ import annotations
 
 from typing import Optional
 
+import torch
 from torch import Tensor
 from torch.nn import Dropout
 from torch.nn.modules import module as _modules
@@ -43,3 +44,22 @@ def passes_through(dropout) -> bool:
     or with p = 0, with no hooks of its own and no global module hooks (as linear_weight checks), so
     that a layer may skip the call (a module call costs a few microseconds, a small graph's kernel)."""
     return type(dropout) is Dropout and (not dropout.training or dropout.p == 0) and not _hooked(dropout)
+
+
+def leading_rows(part: Tensor, whole: Tensor) -> bool:
+    """Whether `part` is `whole`'s first rows as whole[:n] makes them (a sampled block's destinations,
+    the way PyG's and DGL's examples pass them): the same memory with the same strides, and where
+    either wants gradients, a view of the same tensor with no hooks or retained gradient of its own,
+    so that every gradient reaching part's rows through whole reaches the same tensor. A layer then
+    projects those rows once, as part of whole, instead of a second time. Inside a traced model
+    (torch.compile, torch.export) tensors have no memory to compare: False."""
+    if torch.compiler.is_compiling():
+        return False
+    if (part.data_ptr() != whole.data_ptr() or part.shape[1:] != whole.shape[1:] or part.shape[0] > whole.shape[0]
+            or part.stride() != whole.stride() or part.dtype != whole.dtype or part.device != whole.device):
+        return False
+    if not (part.requires_grad or whole.requires_grad):
+        return True
+    base = whole if whole._base is None else whole._base
+    return part.requires_grad and whole.requires_grad and part._base is base and not part.retains_grad \
+        and not part._backward_hooks

@@ -25,7 +25,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 from ..graph import Graph, as_graph, graph_tensors
 from ..runtime import library
 from . import edges, programs
-from .modules import linear_weight
+from .modules import leading_rows, linear_weight
 
 _warned: set[tuple[str, str]] = set()
 
@@ -243,6 +243,9 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         size = size if size is not None else sparse_size
         num_dst = self._num_dst(x_src, x_dst, size)
         loops = self._loops(x_src, x_dst, size)
+        if x_dst is not None and inputs.weight_src is not None and inputs.weight_dst is None and \
+                x_dst.size(0) == num_dst and leading_rows(x_dst, x_src):
+            inputs = inputs._replace(x_dst=None)  # the op's destinations are then the senders' first rows
         key = ("gat-self-loops", loops) if self.add_self_loops else ()
         graph = _message_graph(self, edge_index, plain, loops, (x_src.size(0), num_dst), key, sparse)
         a_edge = None if edge_attr is None else self._edge_scores(self._with_loop_attr(edge_attr, plain, loops))
