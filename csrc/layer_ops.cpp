@@ -714,6 +714,9 @@ at::Tensor plain_gcn_conv(at::TensorList graph, const at::Tensor& x, const Optio
 //   h = project(x, weight); h * src_scale (per source row); the weighted_sum program over the rows (the
 //   features' axes after the first folded into one), with one weight per edge or none; * dst_scale;
 //   + bias. The scales and weights are cast to h's dtype (under autocast, the projection's).
+// Where the projection widens 2-d rows (out > in), the sum comes first and the destinations' sums are
+// projected (DGL's GraphConv's order, the same up to rounding): each edge gathers in features instead of
+// out, and num_dst rows are projected instead of num_src. The sum is then in x's dtype.
 at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
                     const OptionalTensor& src_scale, const OptionalTensor& dst_scale, const OptionalTensor& edge_weight,
                     const OptionalTensor& bias) {
@@ -723,6 +726,17 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
                     "got shape ", x.sym_sizes());
   if (plain_gcn(graph, x, weight, src_scale, dst_scale, edge_weight, bias))
     return plain_gcn_conv(graph, x, weight, src_scale, dst_scale, edge_weight, bias);
+  if (weight.has_value() && x.dim() == 2 && weight->dim() == 2 &&
+      weight->sym_size(0) > x.sym_size(1)) {
+    const at::ScalarType dtype = x.scalar_type();
+    const at::Tensor rows = src_scale.has_value() ? (x * src_scale->to(dtype)).contiguous() : x.contiguous();
+    const auto weights =
+        edge_weight.has_value() ? std::optional<at::Tensor>(edge_weight->to(dtype).contiguous()) : std::nullopt;
+    at::Tensor out = project(std::get<0>(weighted_sum.call(graph, rows, weights))[0], weight);
+    if (dst_scale.has_value()) out = out * dst_scale->to(out.scalar_type());
+    if (bias.has_value()) out = out + *bias;
+    return out;
+  }
   at::Tensor h = project(x, weight);
   const at::ScalarType dtype = h.scalar_type();
   if (src_scale.has_value()) h = h * src_scale->to(dtype);

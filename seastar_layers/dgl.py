@@ -232,19 +232,20 @@ class GraphConv(_DGLGraphConv):
                                    "own weight parameter. Please create the module with flag weight=False.")
         else:
             weight = own_weight
-        if feat_src.dim() == 2 and (weight is None or self._in_feats >= self._out_feats) and \
-                (edge_weight is None or edge_weight.numel() == g.num_edges):
-            # DGL's order where it multiplies first (for equal widths either order moves as much):
+        if feat_src.dim() == 2 and (edge_weight is None or edge_weight.numel() == g.num_edges):
             # projection, the source norm, the sum, the destination norm and bias in one op
-            # (csrc/layer_ops.cpp: gcn_conv), whole in plain loops with one autograd node on a small graph
+            # (csrc/layer_ops.cpp: gcn_conv), in DGL's order (it sums first where the projection widens
+            # the rows; for equal widths either order moves as much), whole in plain loops with one
+            # autograd node on a small graph
             src_norm, dst_norm = _degree_norms(g, self._norm, feat_src, feat_dst)
             rst = torch.ops.seastar_layers.gcn_conv.default(
                 g.op_tensors(), feat_src, None if weight is None else weight.t(), src_norm, dst_norm,
                 None if edge_weight is None else edge_weight.reshape(g.num_edges), member(self, "bias"))
             return rst if self._activation is None else self._activation(rst)
-        # multiply first when that makes the messages narrower, as DGL; the source norm, a per-row
-        # scale, then goes on the narrow rows after the product (DGL scales the wide input: a pass
-        # over it forward and another backward)
+        # (N, *, D) features or edge weights of other shapes: DGL's order in ops. Multiply first when
+        # that makes the messages narrower, as DGL; the source norm, a per-row scale, then goes on the
+        # narrow rows after the product (DGL scales the wide input: a pass over it forward and another
+        # backward)
         project_first = self._in_feats > self._out_feats and weight is not None
         if project_first:
             feat_src = torch.matmul(feat_src, weight)

@@ -204,17 +204,28 @@ def test_graphconv_norms(norm):
 
 
 def test_small_graphconv_is_one_node():
-    """Where DGL multiplies first (or the widths are equal, or there is no weight) GraphConv is one
-    gcn_conv op, which on a small graph runs in plain loops recorded as one autograd node (the weight,
-    held as (in, out), passed transposed); where it aggregates first, the ops as before."""
-    for kwargs, weight in [(dict(out_feats=6), None), (dict(out_feats=F_IN), None),
+    """GraphConv on (N, D) features is one gcn_conv op, which on a small graph runs in plain loops
+    recorded as one autograd node (the weight, held as (in, out), passed transposed), whichever width
+    is larger, with or without a weight of its own."""
+    for kwargs, weight in [(dict(out_feats=6), None), (dict(out_feats=F_IN), None), (dict(out_feats=20), None),
                            (dict(out_feats=4, weight=False), torch.randn(F_IN, 4).requires_grad_()),
                            (dict(out_feats=F_IN, weight=False), None)]:
         layer = sd.GraphConv(in_feats=F_IN, **kwargs)
         out = layer(graph(), x().requires_grad_(), weight=weight)
         assert out.grad_fn.name() == "seastar_layers::gcn_conv_backward", kwargs
-    assert sd.GraphConv(in_feats=F_IN, out_feats=20)(graph(), x().requires_grad_()).grad_fn.name() != \
-        "seastar_layers::gcn_conv_backward"
+
+
+@pytest.mark.parametrize("norm", ["both", "left", "right", "none"])
+@pytest.mark.parametrize("in_feats,out_feats", [(6, 40), (40, 6)])
+def test_graphconv_past_the_plain_loops(norm, in_feats, out_feats):
+    """On a graph too large for the plain loops, gcn_conv sums first where the projection widens the
+    rows, as DGL does, and projects first where it narrows them: DGL's outputs and gradients either
+    way, with and without edge weights."""
+    gen = torch.Generator().manual_seed(6)
+    g = dgl.add_self_loop(dgl.graph(tuple(torch.randint(0, 400, (2, 8000), generator=gen)), num_nodes=400))
+    ref, ours = pair("GraphConv", in_feats=in_feats, out_feats=out_feats, norm=norm)
+    check(ref, ours, g, x(400, in_feats))
+    check(ref, ours, g, x(400, in_feats), edge_weight=torch.rand(g.num_edges(), generator=gen) + 0.1)
 
 
 def test_graphconv_external_weight_and_no_bias():

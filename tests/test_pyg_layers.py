@@ -302,6 +302,26 @@ def test_unsupported_precision_is_named_in_layer_terms():
             layer(x.to(torch.complex64), ei)
 
 
+@pytest.mark.parametrize("in_width,out_width", [(6, 40), (40, 6)])
+def test_gcn_sums_the_narrower_rows(in_width, out_width):
+    """On a graph too large for the plain loops, GCNConv sums first where its projection widens the
+    rows (each edge gathers in features, not out, and num_dst rows are projected) and projects first
+    where it narrows them; PyG's outputs and gradients either way, and under autocast its dtype."""
+    ref, ours = pair("GCNConv", in_channels=in_width, out_channels=out_width)
+    x = torch.randn(400, in_width, generator=torch.Generator().manual_seed(2))
+    ei = random_graph(400, 400, 8000, seed=5)
+    check(ref, ours, x, ei)
+    with torch.profiler.profile() as prof:
+        ours(x, ei)
+    order = [e.name for e in sorted(prof.events(), key=lambda e: e.time_range.start)
+             if e.name in ("seastar_layers::weighted_sum", "aten::mm")]
+    assert order[0] == ("seastar_layers::weighted_sum" if in_width < out_width else "aten::mm"), order
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, out = ref(x, ei), ours(x, ei)
+    assert out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected, atol=5e-2, rtol=5e-2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 def test_half_precision_layers_follow_float32(dtype):
     """Half features (as torch.autocast gives them) run in the kernels' float32 arithmetic."""
