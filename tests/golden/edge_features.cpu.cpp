@@ -106,10 +106,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + eid * 6;
         const scalar_t* v1 = b1 + nbr * 6;
-        if (j + 16 < end) {
-          const auto* ahead = b0 + eids[j + 16] * 6 + c0;
-          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-        }
+        if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
         #pragma omp simd
         for (int k = 0; k < 6; ++k) {
           const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
@@ -228,10 +225,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
         (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 6;
         const scalar_t* v4 = b2 + eid * 6;
-        if (j + 16 < end) {
-          const auto* ahead = b2 + eids[j + 16] * 6 + c0;
-          for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-        }
+        if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);
         #pragma omp simd
         for (int k = 0; k < 6; ++k) {
           const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);

@@ -128,10 +128,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
-          if (j + 16 < end) {
-            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
-            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-          }
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
             const acc_t e2 = (v0[(c0 + k)] * v1[0]);
@@ -149,10 +146,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
-          if (j + 16 < end) {
-            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
-            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-          }
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
           for (int k = 0; k < (int)((s0) - c0); ++k) {
             const acc_t e2 = (v0[(c0 + k)] * v1[0]);
@@ -253,10 +247,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
-          if (j + 16 < end) {
-            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
-            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-          }
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
           for (int k = 0; k < 16; ++k) {
             acc1[k] += v0[(c0 + k)];
@@ -272,10 +263,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
-          if (j + 16 < end) {
-            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
-            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-          }
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
           for (int k = 0; k < (int)((s0) - c0); ++k) {
             acc1[k] += v0[(c0 + k)];
