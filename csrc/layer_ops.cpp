@@ -726,18 +726,9 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
                     "got shape ", x.sym_sizes());
   if (plain_gcn(graph, x, weight, src_scale, dst_scale, edge_weight, bias))
     return plain_gcn_conv(graph, x, weight, src_scale, dst_scale, edge_weight, bias);
-  if (weight.has_value() && x.dim() == 2 && weight->dim() == 2 &&
-      weight->sym_size(0) > x.sym_size(1)) {
-    const at::ScalarType dtype = x.scalar_type();
-    const at::Tensor rows = src_scale.has_value() ? (x * src_scale->to(dtype)).contiguous() : x.contiguous();
-    const auto weights =
-        edge_weight.has_value() ? std::optional<at::Tensor>(edge_weight->to(dtype).contiguous()) : std::nullopt;
-    at::Tensor out = project(std::get<0>(weighted_sum.call(graph, rows, weights))[0], weight);
-    if (dst_scale.has_value()) out = out * dst_scale->to(out.scalar_type());
-    if (bias.has_value()) out = out + *bias;
-    return out;
-  }
-  at::Tensor h = project(x, weight);
+  const bool sum_first = weight.has_value() && x.dim() == 2 && weight->dim() == 2 &&
+                         weight->sym_size(0) > x.sym_size(1);
+  at::Tensor h = sum_first ? x : project(x, weight);
   const at::ScalarType dtype = h.scalar_type();
   if (src_scale.has_value()) h = h * src_scale->to(dtype);
   std::vector<c10::SymInt> shape = h.sym_sizes().vec();
@@ -747,7 +738,8 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
   const at::Tensor rows = h.flatten(1).contiguous();
   at::Tensor out = std::get<0>(weighted_sum.call(graph, rows, weights))[0];
   if (h.dim() != 2) out = out.view_symint(shape);
-  if (dst_scale.has_value()) out = out * dst_scale->to(dtype);
+  if (sum_first) out = project(out, weight);
+  if (dst_scale.has_value()) out = out * dst_scale->to(out.scalar_type());
   if (bias.has_value()) out = out + *bias;
   return out;
 }

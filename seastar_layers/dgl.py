@@ -126,7 +126,7 @@ class GATConv(_DGLGATConv):
         else:
             x_src = h_src
             weight_dst = None if fc_dst is fc_src else weight_dst
-            if x_dst is not None and weight_dst is None and x_dst.size(0) == g.num_dst and leading_rows(x_dst, x_src):
+            if x_dst is not None and weight_dst is None and leading_rows(x_dst, x_src, g.num_dst):
                 x_dst = None  # (h, h[:num_dst]): the op's destinations are then the sources' first rows
         mask = None
         if edge_weight is not None:  # (N, *, H, .) features: every (*, head) pair attends on its own

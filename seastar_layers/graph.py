@@ -443,8 +443,9 @@ def _fingerprint(t: torch.Tensor) -> int:
     Changing one index always changes it; an edit whose changes are all multiples of 2**k goes
     unseen with a chance of about 2**(k - 63). It reads the array once. On the CPU the extension
     hashes it at close to memory speed (14 ms for a (2, 14.3M) edge_index on 2 cores, where torch's
-    sum takes 11 and the cheapest layer step over that graph 200 ms); without the extension, and on a GPU, torch does, in
-    about twice the time. Index arrays of a sparse layout are hashed each, then combined."""
+    sum takes 11 and the cheapest layer step over that graph 200 ms); without the extension, and on
+    a GPU, torch does, in about twice the time. Index arrays of a sparse layout are hashed each,
+    then combined."""
     if t.is_cpu and t.layout == torch.strided and _extension() is not None:  # how layers' edge_index come
         words = t if t.is_contiguous() else t.contiguous()  # held here while the extension reads its bytes
         return _extension().fingerprint_memory(words.data_ptr(), words.nbytes, torch.get_num_threads())

@@ -46,17 +46,18 @@ def passes_through(dropout) -> bool:
     return type(dropout) is Dropout and (not dropout.training or dropout.p == 0) and not _hooked(dropout)
 
 
-def leading_rows(part: Tensor, whole: Tensor) -> bool:
-    """Whether `part` is `whole`'s first rows as whole[:n] makes them (a sampled block's destinations,
-    the way PyG's and DGL's examples pass them): the same memory with the same strides, and where
+def leading_rows(part: Tensor, whole: Tensor, rows: int) -> bool:
+    """Whether `part` is `whole`'s first `rows` rows as whole[:rows] makes them (a sampled block's
+    destinations, the way PyG's and DGL's examples pass them): the same memory with the same strides, and where
     either wants gradients, a view of the same tensor with no hooks or retained gradient of its own,
     so that every gradient reaching part's rows through whole reaches the same tensor. A layer then
     projects those rows once, as part of whole, instead of a second time. Inside a traced model
     (torch.compile, torch.export) tensors have no memory to compare: False."""
     if torch.compiler.is_compiling():
         return False
-    if (part.data_ptr() != whole.data_ptr() or part.shape[1:] != whole.shape[1:] or part.shape[0] > whole.shape[0]
-            or part.stride() != whole.stride() or part.dtype != whole.dtype or part.device != whole.device):
+    if (part.data_ptr() != whole.data_ptr() or part.shape[0] != rows or rows > whole.shape[0]
+            or part.shape[1:] != whole.shape[1:] or part.stride() != whole.stride() or part.dtype != whole.dtype
+            or part.device != whole.device):
         return False
     if not (part.requires_grad or whole.requires_grad):
         return True

@@ -244,7 +244,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         num_dst = self._num_dst(x_src, x_dst, size)
         loops = self._loops(x_src, x_dst, size)
         if x_dst is not None and inputs.weight_src is not None and inputs.weight_dst is None and \
-                x_dst.size(0) == num_dst and leading_rows(x_dst, x_src):
+                leading_rows(x_dst, x_src, num_dst):
             inputs = inputs._replace(x_dst=None)  # the op's destinations are then the senders' first rows
         key = ("gat-self-loops", loops) if self.add_self_loops else ()
         graph = _message_graph(self, edge_index, plain, loops, (x_src.size(0), num_dst), key, sparse)
