@@ -20,8 +20,9 @@ class Graph:
     """A directed graph from `num_src` source vertices to `num_dst` destination vertices.
 
     Edge k goes from ``edge_index[0, k]`` to ``edge_index[1, k]``; edge features are indexed by k.
-    Both CSR layouts are built once, with a stable sort, so every kernel visits a row's edges in
-    edge_index order and results are deterministic. ``num_src != num_dst`` is a bipartite graph
+    Both CSR layouts are built once, each row's edges sorted by their other end, then by edge_index
+    order, so every kernel visits a row's edges in one order and results are deterministic (and a
+    sweep over a large graph can take its neighbours in chunks that fit the cache). ``num_src != num_dst`` is a bipartite graph
     (a sampled block).
 
     Built from both layouts directly, ``Graph(in_indptr, in_src, in_eid, out_indptr, out_dst,
@@ -166,7 +167,8 @@ class Graph:
             try:
                 arrays = list(torch.ops.seastar_layers.csr_layouts(src.contiguous(), dst.contiguous(), num_src,
                                                                    num_dst, None if listed is None else
-                                                                   listed.contiguous(), loops, dtype, loops > 0))
+                                                                   listed.contiguous(), loops, dtype, loops > 0,
+                                                                   by_neighbour(src.numel() + loops)))
             except ValueError:
                 _check_edge_range(src, dst, num_src, num_dst)
                 raise
@@ -179,7 +181,8 @@ class Graph:
                 check_edges(src, dst, num_src, num_dst)
             else:
                 _check_edge_range(src, dst, num_src, num_dst)
-            arrays = [t.to(dtype) for t in csr_layouts(src, dst, num_src, num_dst, listed)]
+            arrays = [t.to(dtype) for t in csr_layouts(src, dst, num_src, num_dst, listed,
+                                                       by_neighbour(src.numel()))]
         graph = cls._from_checked(arrays, num_src, num_dst)
         graph.listed = listed
         return graph
@@ -275,6 +278,17 @@ def _dgl_edges_by_id(g) -> tuple[Tensor, Tensor]:
     return from_dlpack(arrays(0).to_dlpack()), from_dlpack(arrays(1).to_dlpack())
 
 
+def by_neighbour(num_slots: int) -> bool:
+    """Whether a graph of num_slots edge slots has each row's edges sorted by neighbour: from 2^20
+    on. The CPU's sums over a graph whose gathered rows overflow the cache then take the neighbours
+    in chunks that fit it (codegen/cstyle.py: render_source_chunks; 1.3-1.5x on the 1/8
+    Reddit-scale graph's 64 and 128-wide sums). Sorting costs more than building unsorted (0.85 s
+    against 0.35 s there), which a graph trained on for many epochs repays, and a sampled block
+    (100k-300k edges, built every step, its sums a millisecond) would not. (A literal: TorchScript
+    compiles this function.)"""
+    return num_slots >= 1 << 20
+
+
 SHARED_LAYOUT_EDGES = 1 << 16  # from_dgl: a graph's layouts below this many edges are its own (1.5 MB at most)
 INT32_MAX = 2**31 - 1
 _UNLISTED_AFTER_ROWS = object()  # Graph.listed: the slots after the rows' edges, derived when first read
@@ -308,16 +322,18 @@ def _sizes(edge_index: torch.Tensor, size) -> tuple[int, int]:
     return num_src, num_dst
 
 
-def csr_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Optional[Tensor] = None) -> list[Tensor]:
-    """Both CSR layouts of the int64 edges src[k] -> dst[k], in the order Graph.tensors() gives them.
+def csr_layouts(src: Tensor, dst: Tensor, num_src: int, num_dst: int, listed: Optional[Tensor] = None,
+                sort_by_neighbour: bool = False) -> list[Tensor]:
+    """Both CSR layouts of the int64 edges src[k] -> dst[k], in the order Graph.tensors() gives them:
+    each row's edges in edge order, or with sort_by_neighbour by their other end first.
 
     Built with ops whose output sizes follow from their input sizes (a stable argsort, then
     searchsorted for the row pointers), so torch.compile, torch.export and TorchScript trace it
     whole. Edges where `listed` is False stay in the arrays, after every row's edges, but belong
     to no row: kernels never visit them (the layers drop self-loops this way without a
     data-dependent size), so their values must still be valid indices."""
-    in_indptr, in_eid = _csr(dst, num_dst, listed)
-    out_indptr, out_eid = _csr(src, num_src, listed)
+    in_indptr, in_eid = _csr(dst, src if sort_by_neighbour else None, num_dst, listed)
+    out_indptr, out_eid = _csr(src, dst if sort_by_neighbour else None, num_src, listed)
     return [in_indptr, src[in_eid], in_eid, out_indptr, dst[out_eid], out_eid]
 
 
@@ -327,7 +343,7 @@ def graph_tensors(src: Tensor, dst: Tensor, num_src: int, num_dst: int,
     TorchScript-compatible: what a scripted layer passes its op."""
     src, dst = src.to(torch.int64), dst.to(torch.int64)
     check_edges(src, dst, num_src, num_dst)
-    arrays = csr_layouts(src, dst, num_src, num_dst, listed)
+    arrays = csr_layouts(src, dst, num_src, num_dst, listed, by_neighbour(src.numel()))
     if src.is_cuda:
         arrays += [heaviest_first(arrays[0]), heaviest_first(arrays[3])]
     return arrays
@@ -363,11 +379,18 @@ def heaviest_first(indptr: Tensor) -> Tensor:
     return torch.argsort(indptr[1:] - indptr[:-1], descending=True, stable=True).to(indptr.dtype)
 
 
-def _csr(keys: Tensor, n: int, listed: Optional[Tensor]) -> tuple[Tensor, Tensor]:
-    """indptr over n rows and the stable permutation that sorts the edges by key."""
+def _csr(keys: Tensor, others: Optional[Tensor], n: int, listed: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """indptr over n rows and the permutation that sorts the edges by key, then (where `others` is
+    given) by their other end, then by position; the unlisted edges, after every row, by position."""
     if listed is not None:
         keys = torch.where(listed, keys, n)  # after every row: counted by no indptr entry
-    perm = torch.argsort(keys, stable=True)
+    if others is None:
+        perm = torch.argsort(keys, stable=True)
+    else:
+        if listed is not None:
+            others = torch.where(listed, others, 0)
+        by_other = torch.argsort(others, stable=True)
+        perm = by_other[torch.argsort(keys[by_other], stable=True)]
     indptr = torch.searchsorted(keys[perm], torch.arange(n + 1, dtype=keys.dtype, device=keys.device))
     return indptr, perm
 

@@ -128,21 +128,35 @@ def test_opcheck(family, options, features):
 @pytest.mark.parametrize("num_src,num_dst,edges,with_listed", [
     (N, N, 30, False), (N, N, 30, True), (7, 4, 50, True), (5, 3, 0, False), (0, 6, 0, True), (1, 1, 9, True),
 ], ids=["square", "listed", "bipartite", "no edges", "no sources", "one vertex"])
-def test_csr_layouts_op_builds_what_torch_builds(num_src, num_dst, edges, with_listed):
+@pytest.mark.parametrize("by_neighbour", [False, True], ids=["edge order", "by neighbour"])
+def test_csr_layouts_op_builds_what_torch_builds(num_src, num_dst, edges, with_listed, by_neighbour):
     """seastar_layers::csr_layouts (the extension's counting sort, which Graph.from_edges uses in
-    eager mode on the CPU) gives graph.csr_layouts' arrays, element for element: rows in edge order,
-    edges not listed after every row; and passes opcheck."""
+    eager mode on the CPU) gives graph.csr_layouts' arrays, element for element: each row's edges in
+    edge order, or by neighbour, then edge id; edges not listed after every row in edge order; and
+    passes opcheck."""
     gen = torch.Generator().manual_seed(num_src * 100 + edges)
     src = torch.randint(0, max(num_src, 1), (edges,), generator=gen)
     dst = torch.randint(0, max(num_dst, 1), (edges,), generator=gen)
     listed = torch.rand(edges, generator=gen) < 0.7 if with_listed else None
-    ours = OPS.csr_layouts(src, dst, num_src, num_dst, listed)
-    for k, (got, want) in enumerate(zip(ours, csr_layouts(src, dst, num_src, num_dst, listed), strict=True)):
+    ours = OPS.csr_layouts(src, dst, num_src, num_dst, listed, by_neighbour=by_neighbour)
+    theirs = csr_layouts(src, dst, num_src, num_dst, listed, by_neighbour)
+    for k, (got, want) in enumerate(zip(ours, theirs, strict=True)):
         assert torch.equal(got, want), (k, got, want)
-    torch.library.opcheck(OPS.csr_layouts, (src, dst, num_src, num_dst, listed))
-    narrow = OPS.csr_layouts(src, dst, num_src, num_dst, listed, 0, torch.int32)
+    is_listed = torch.ones(edges, dtype=torch.bool) if listed is None else listed
+    for (indptr, others, eids), keys, other_ends in ((ours[:3], dst, src), (ours[3:], src, dst)):
+        for r in range(indptr.numel() - 1):
+            row = slice(int(indptr[r]), int(indptr[r + 1]))
+            expected = [(int(other_ends[k]), k) for k in range(edges) if is_listed[k] and keys[k] == r]
+            expected = sorted(expected) if by_neighbour else expected
+            assert list(zip(others[row].tolist(), eids[row].tolist())) == expected
+        assert eids[int(indptr[-1]):].tolist() == (~is_listed).nonzero().flatten().tolist()
+    torch.library.opcheck(OPS.csr_layouts, (src, dst, num_src, num_dst, listed, 0, None, False, by_neighbour))
+    narrow = OPS.csr_layouts(src, dst, num_src, num_dst, listed, 0, torch.int32, by_neighbour=by_neighbour)
     assert all(t.dtype == torch.int32 and torch.equal(t, w) for t, w in zip(narrow, ours, strict=True))
-    torch.library.opcheck(OPS.csr_layouts, (src, dst, num_src, num_dst, listed, 0, torch.int32))
+    torch.library.opcheck(OPS.csr_layouts, (src, dst, num_src, num_dst, listed, 0, torch.int32, False,
+                                            by_neighbour))
+    if by_neighbour:  # what from_edges builds: graphs this small keep edge order
+        return
     built = sl.Graph.from_edges(src, dst, num_src, num_dst, listed)
     assert all(a.dtype == torch.int32 and torch.equal(a, b) for a, b in zip(built.tensors(), ours, strict=True))
 
@@ -191,7 +205,8 @@ def test_int32_and_int64_graphs_give_the_same_results():
 
 @pytest.mark.parametrize("num_src,num_dst,edges,loops", [(N, N, 30, N), (7, 4, 50, 4), (5, 5, 0, 5), (6, 6, 9, 2)],
                          ids=["square", "bipartite", "no edges", "fewer loops"])
-def test_csr_layouts_op_appends_self_loops(num_src, num_dst, edges, loops):
+@pytest.mark.parametrize("by_neighbour", [False, True], ids=["edge order", "by neighbour"])
+def test_csr_layouts_op_appends_self_loops(num_src, num_dst, edges, loops, by_neighbour):
     """With `loops`, the op appends PyG's self-loop slots by count, without a copy of the edges: the
     same arrays as the torch build over with_self_loops' slots, element for element, whether the
     edges that are loops come unlisted in `listed` or the op leaves them out (unlist_self_loops), and
@@ -204,13 +219,15 @@ def test_csr_layouts_op_appends_self_loops(num_src, num_dst, edges, loops):
     dst = torch.randint(0, num_dst, (edges,), generator=gen)
     src[:edges // 4] = dst[:edges // 4] = torch.randint(0, min(num_src, num_dst), (edges // 4,), generator=gen)
     slot_src, slot_dst, listed = with_self_loops(src, dst, loops)
-    expected = csr_layouts(slot_src, slot_dst, num_src, num_dst, listed)
-    args = (src, dst, num_src, num_dst, listed_with_self_loops(src, dst, loops), loops)
-    unlisted_here = (src, dst, num_src, num_dst, None, loops, None, True)  # the op finds the loops itself
+    expected = csr_layouts(slot_src, slot_dst, num_src, num_dst, listed, by_neighbour)
+    args = (src, dst, num_src, num_dst, listed_with_self_loops(src, dst, loops), loops, None, False, by_neighbour)
+    unlisted_here = (src, dst, num_src, num_dst, None, loops, None, True, by_neighbour)  # the op finds the loops
     for case in (args, unlisted_here):
         for k, (got, want) in enumerate(zip(OPS.csr_layouts(*case), expected, strict=True)):
             assert torch.equal(got, want), (k, got, want)
         torch.library.opcheck(OPS.csr_layouts, case)
+    if by_neighbour:  # what from_edges builds: graphs this small keep edge order
+        return
     built = sl.Graph.from_edges(src, dst, num_src, num_dst, loops=loops)
     assert all(torch.equal(a, b) for a, b in zip(built.tensors(), expected, strict=True))
     assert torch.equal(built.listed, listed)

@@ -197,7 +197,8 @@ def _jit_backward(family, graph, *args):
     return [gradients.get(name, torch.zeros_like(t)) for name, t in tensors.items()]
 
 
-def _fake_csr_layouts(src, dst, num_src, num_dst, listed=None, loops=0, dtype=None, unlist_self_loops=False):
+def _fake_csr_layouts(src, dst, num_src, num_dst, listed=None, loops=0, dtype=None, unlist_self_loops=False,
+                      by_neighbour=False):
     edges = src.numel() + loops
     return [src.new_empty(n, dtype=dtype or torch.int64)
             for n in (num_dst + 1, edges, edges, num_src + 1, edges, edges)]
