@@ -50,8 +50,12 @@ class KernelRenderer:
     """Renders one kernel of a schedule as a C function of the dialect."""
 
     def __init__(self, sched: Schedule, kern: Kernel, name: str, dialect: Dialect, dtype: str,
-                 buffer_index: dict[BufferKey, int], params: str, pinned: dict[str, int] | None = None):
+                 buffer_index: dict[BufferKey, int], params: str, pinned: dict[str, int] | None = None,
+                 source_chunked: bool = False):
         self.s, self.k, self.name, self.d, self.dtype = sched, kern, name, dialect, dtype
+        # rendering the rows' body of a source-chunked sweep (render: source_chunks): the row's
+        # aggregations live in `partial` between chunks, and each chunk takes the row's next edges
+        self.source_chunked = source_chunked
         self.pinned = pinned or {}  # sizes this kernel takes as constants (a fast path), by symbol
         self.nodes = sched.program.nodes
         self.buffers = {b.key: b for b in sched.buffers}
@@ -354,7 +358,10 @@ class KernelRenderer:
                 not varies_along(self.nodes[a].shape, self.block_shape, layout.outer_axis) for a in loop.aggs):
             layout = layout.fallback  # a whole-row layout would add such an aggregation up once per head
         for a in loop.aggs:
-            self.declare_value(a, distributed=True)  # each lane stores the features of its own slots
+            if self.source_chunked:
+                self.declare_partial(a)
+            else:
+                self.declare_value(a, distributed=True)  # each lane stores the features of its own slots
         if layout.guard is None:
             self.render_layout(loop, values, layout, size)
         else:
@@ -436,6 +443,13 @@ class KernelRenderer:
                 self.emit(f"acc_t acc{a} = {start};")
             else:
                 self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {live}; ++k) acc{a}[k] = {start};")
+        if self.source_chunked:  # go on from where the row's sums stood after the last chunk
+            index = self.block_index(shape, layout.slot_coords, layout.slot_flat)
+            self.emit("if (!first) {")
+            self.depth += 1
+            self.slot_loop(layout, count, size, [f"acc{a}[{layout.slot_index}] = v{a}[{index}];" for a in per_slot])
+            self.depth -= 1
+            self.emit("}")
         batch = EdgeBatch(layout.edge_batch, len(self.lines), self.depth + 1) if whole_row and layout.edge_batch else None
         outer = self.open_edge_batch(batch) if batch else self.open_edge_loop()
         reads = self.block_reads(values, loop)
@@ -701,17 +715,66 @@ class KernelRenderer:
         if any(not self.replicated[a] for a in loop.aggs):
             self.emit(*self.d.sync())
 
-    def render(self) -> tuple[str, str, str, str]:
-        """(source, rows C expression, scratch elements per row, widest value) of the kernel."""
-        dst = self.k.direction is Space.DST
+    def render_rows(self) -> list[str]:
+        """The row loop's body: one row's work (in a source-chunked sweep, one chunk's)."""
         self.depth = 1
-        self.emit("const int64_t begin = indptr[r], end = indptr[r + 1];", "(void)begin; (void)end;")
+        if self.source_chunked:
+            # this chunk's edges of the row: those from its cursor on whose neighbour is below `high`
+            # (the last chunk takes the rest), so each edge is added once and in the row's order
+            self.emit("const int64_t begin = first ? (int64_t)indptr[r] : cursor[r];",
+                      "int64_t end = indptr[r + 1];",
+                      "if (!last) {",
+                      "  int64_t stop = begin;",
+                      "  while (stop < end && nbrs[stop] < high) ++stop;",
+                      "  cursor[r] = end = stop;",
+                      "}",
+                      "if (begin == end && !first && !last) continue;")
+        else:
+            self.emit("const int64_t begin = indptr[r], end = indptr[r + 1];", "(void)begin; (void)end;")
         for loop in self.k.loops:
             self.render_loop(loop)
+        if self.source_chunked:
+            self.emit("if (!last) continue;  // the row's sums are not complete yet")
         for key, i in self.k.row_writes:
             self.require(i)
             self.store(key, i, "r")
         body, self.lines, self.depth = self.lines, [], 0
+        return body
+
+    def declare_partial(self, i: int) -> None:
+        """Aggregation i of a source-chunked sweep, in the row's part of `partial`."""
+        offset = " + ".join(f"({self.nodes[a].size})" for a in self.k.loops[0].aggs[:self.k.loops[0].aggs.index(i)])
+        self.sizes.append(self.nodes[i].size)
+        self.emit(f"acc_t* __restrict__ v{i} = partial + r * ({self.partial_per_row()}) + {offset or '0'};")
+        self.replicated[i] = True
+
+    def partial_per_row(self) -> str:
+        return " + ".join(f"({self.nodes[a].size})" for a in self.k.loops[0].aggs)
+
+    def gathered_row_bytes(self) -> str | None:
+        """Bytes of the neighbour rows the kernel gathers, per neighbour, where it can sweep them in
+        chunks of neighbours (source_chunks): one loop whose sums share a shape along one axis
+        (blocked, not whole-row), no per-edge writes. None where it cannot."""
+        if not self.d.source_chunks or len(self.k.loops) != 1:
+            return None
+        (loop,) = self.k.loops
+        shapes = {self.nodes[a].shape for a in loop.aggs}
+        if (loop.edge_writes or not loop.aggs or any(self.nodes[a].op is not Op.AGG_SUM for a in loop.aggs)
+                or len(shapes) != 1 or sum(d != 1 for d in shapes.pop()) != 1 or self.blocked_values(loop) is None):
+            return None
+        gathered = [f"({n.size}) * sizeof({self.buffers[self.s.reads[i]].c_type})" for i, n in enumerate(self.nodes)
+                    if n.space is self.k.nbr_space and self.k.reads_buffer(i, n) and i in self.s.reads]
+        return " + ".join(gathered) or None
+
+    def render(self) -> tuple[str, str, str, str]:
+        """(source, rows C expression, scratch elements per row, widest value) of the kernel."""
+        dst = self.k.direction is Space.DST
+        row_bytes = self.gathered_row_bytes()
+        chunked = None
+        if row_bytes is not None:
+            chunked = KernelRenderer(self.s, self.k, self.name, self.d, self.dtype, self.buffer_index, self.params,
+                                     self.pinned, source_chunked=True).render_rows()
+        body = self.render_rows()
         n_rows = "p.num_dst" if dst else "p.num_src"
         csr = 0 if dst else 3
         self.emit(*self.d.kernel_open(self.name, self.params, fast=bool(self.pinned)))
@@ -724,18 +787,61 @@ class KernelRenderer:
                   f"const seastar_indices eids{{p.graph[{csr + 2}], p.wide_indices}};",
                   f"const seastar_indices order{{p.graph[{6 if dst else 7}], p.wide_indices}};",
                   "(void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each")
-        used = set(re.findall(r"\bb(\d+)\b", "\n".join(body)))
+        used = set(re.findall(r"\bb(\d+)\b", "\n".join(body + (chunked or []))))
         for key, k in self.buffer_index.items():
             if str(k) in used:
                 ctype = self.buffers[key].c_type
                 self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
-        self.emit(*self.d.row_loop_open(n_rows, "order", bool(self.scratch_sizes)))
-        self.lines.extend("  " + line for line in body)
-        self.emit(*self.d.row_loop_close())
+        if chunked is None:
+            self.emit(*self.d.row_loop_open(n_rows, "order", bool(self.scratch_sizes)))
+            self.lines.extend("  " + line for line in body)
+            self.emit(*self.d.row_loop_close())
+        else:
+            self.render_source_chunks(n_rows, "p.num_src" if dst else "p.num_dst", row_bytes, body, chunked)
         self.depth = 0
         self.emit("}")
         scratch = " + ".join(f"({s})" for s in self.scratch_sizes) or "0"
         return "\n".join(self.lines), n_rows, scratch, c_max(sorted({str(s) for s in self.sizes}))
+
+
+    def render_source_chunks(self, n_rows: str, n_nbrs: str, row_bytes: str, body: list[str], chunked: list[str]):
+        """The row loop of a sweep whose gathered rows overflow a core's cache, once per chunk of
+        neighbours whose rows fit it (seastar_source_chunk), so that each chunk's rows are read from
+        the cache by every row's edges into it (rows sorted by neighbour make those edges
+        consecutive: graph.py). Each row carries its sums (`partial`) and its position among its
+        edges (`cursor`) from chunk to chunk, so every sum adds the same terms in the same order as
+        the plain loop, which runs where one chunk holds every neighbour or the memory is not there."""
+        uses_scratch = bool(self.scratch_sizes)
+        # two chunks were slower than one sweep (16-wide rows of 1.9 MB); rows not sorted by
+        # neighbour (another library's layouts, shared: graph.py) would rescan every row per chunk for
+        # nothing, and 64 rows spread over the graph tell them apart
+        self.emit(f"const int64_t chunk = seastar_source_chunk({row_bytes});",
+                  f"bool sorted = chunk < {n_nbrs} / 2 && {n_rows} > 0;",
+                  "for (int64_t probe = 0; probe < 64 && sorted; ++probe) {",
+                  f"  const int64_t row = probe * {n_rows} / 64;",
+                  "  for (int64_t j = indptr[row] + 1; j < indptr[row + 1] && sorted; ++j) sorted = nbrs[j - 1] <= nbrs[j];",
+                  "}",
+                  "acc_t* partial = nullptr;",
+                  "int64_t* cursor = nullptr;",
+                  "if (sorted) {",
+                  f"  partial = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)({self.partial_per_row()}) "
+                  f"* (size_t){n_rows});",
+                  f"  cursor = (int64_t*)std::malloc(sizeof(int64_t) * (size_t){n_rows});",
+                  "}",
+                  "if (partial != nullptr && cursor != nullptr) {",
+                  f"  const int64_t chunks = ({n_nbrs} + chunk - 1) / chunk;",
+                  "  for (int64_t c = 0; c < chunks; ++c) {",
+                  "    const bool first = c == 0, last = c + 1 == chunks;",
+                  "    const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's")
+        chunk_scratch = any(re.search(r"\bscratch\b", line) for line in chunked)  # where the sums are in partial
+        self.lines.extend("    " + line for line in self.d.row_loop_open(n_rows, "order", chunk_scratch))
+        self.lines.extend("    " + line for line in chunked)
+        self.lines.extend("    " + line for line in self.d.row_loop_close())
+        self.emit("  }", "} else {")
+        self.lines.extend("  " + line for line in self.d.row_loop_open(n_rows, "order", uses_scratch))
+        self.lines.extend("  " + line for line in body)
+        self.lines.extend("  " + line for line in self.d.row_loop_close())
+        self.emit("}", "std::free(partial);", "std::free(cursor);")
 
 
 def index_helpers(dialect: Dialect) -> list[str]:

@@ -107,6 +107,9 @@ class Dialect:
     # blocked loops compute per-edge reductions over features in a loop of their own before the
     # loop over slots (or heads) that reads them: a loop holding an inner loop stays scalar on the CPU
     split_reductions = False
+    # a sweep whose gathered rows overflow a core's cache may run once per chunk of neighbours
+    # (cstyle.py: render_source_chunks); the dialect defines seastar_source_chunk(row_bytes)
+    source_chunks = False
 
     def preamble(self, dtype: str) -> str:
         """Includes and helpers before any program; dtype: the storage dtype name."""

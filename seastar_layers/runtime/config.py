@@ -92,3 +92,9 @@ def extension_enabled() -> bool:
     """SEASTAR_NO_EXTENSION=1: do not load seastar_layers._C (setup.py sets it while it builds the
     extension, which it may overwrite); the layers then raise and custom programs use the JIT."""
     return not _flag("SEASTAR_NO_EXTENSION")
+
+
+# SEASTAR_SOURCE_CHUNK_BYTES: the bytes of gathered rows per chunk of a source-chunked CPU sweep
+# (codegen/cstyle.py: render_source_chunks), 0 for one sweep; unset, 7/8 of a core's L2. The
+# generated kernels read it on each call (codegen/cpu.py: SOURCE_CHUNK_HELPER), not Python.
+SOURCE_CHUNK_BYTES = "SEASTAR_SOURCE_CHUNK_BYTES"

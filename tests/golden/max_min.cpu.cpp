@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <omp.h>
+#include <unistd.h>
 #if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
 #define SEASTAR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
@@ -57,6 +58,17 @@ static inline double seastar_exp(double x) {
   double s1, s2; std::memcpy(&s1, &high, 8); std::memcpy(&s2, &low, 8);
   const double result = y * s1 * s2;
   return x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result);
+}
+static inline int64_t seastar_source_chunk(int64_t row_bytes) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#else
+  static const long l2 = 0;
+#endif
+  const char* set = std::getenv("SEASTAR_SOURCE_CHUNK_BYTES");
+  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7;
+  if (budget <= 0 || row_bytes <= 0) return INT64_MAX;
+  return std::max<int64_t>(1, budget / row_bytes);
 }
 
 static const char* last_error = "";
@@ -291,6 +303,87 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
+  const int64_t chunk = seastar_source_chunk((3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t));
+  bool sorted = chunk < p.num_dst / 2 && p.num_src > 0;
+  for (int64_t probe = 0; probe < 64 && sorted; ++probe) {
+    const int64_t row = probe * p.num_src / 64;
+    for (int64_t j = indptr[row] + 1; j < indptr[row + 1] && sorted; ++j) sorted = nbrs[j - 1] <= nbrs[j];
+  }
+  acc_t* partial = nullptr;
+  int64_t* cursor = nullptr;
+  if (sorted) {
+    partial = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)((3) + (3)) * (size_t)p.num_src);
+    cursor = (int64_t*)std::malloc(sizeof(int64_t) * (size_t)p.num_src);
+  }
+  if (partial != nullptr && cursor != nullptr) {
+    const int64_t chunks = (p.num_dst + chunk - 1) / chunk;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const bool first = c == 0, last = c + 1 == chunks;
+      const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's
+    #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+    for (int64_t r = 0; r < p.num_src; ++r) {
+      const int64_t begin = first ? (int64_t)indptr[r] : cursor[r];
+      int64_t end = indptr[r + 1];
+      if (!last) {
+        int64_t stop = begin;
+        while (stop < end && nbrs[stop] < high) ++stop;
+        cursor[r] = end = stop;
+      }
+      if (begin == end && !first && !last) continue;
+      const scalar_t* v2 = b2 + r * 3;
+      acc_t* __restrict__ v13 = partial + r * ((3) + (3)) + 0;
+      acc_t* __restrict__ v21 = partial + r * ((3) + (3)) + (3);
+      for (int64_t c0 = 0; c0 < 3; c0 += 32) {
+        acc_t acc13[32]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
+        acc_t acc21[32]; for (int k = 0; k < 32; ++k) acc21[k] = (acc_t)0.0;
+        if (!first) {
+          #pragma omp simd
+          for (int k = 0; k < 3; ++k) {
+            acc13[k] = v13[(c0 + k)];
+            acc21[k] = v21[(c0 + k)];
+          }
+        }
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j], eid = eids[j];
+          (void)nbr; (void)eid;
+          const scalar_t* v3 = b3 + nbr * 3;
+          const acc_t* v5 = b4 + nbr * 3;
+          const acc_t* v8 = b8 + nbr * 3;
+          const scalar_t* v1 = b1 + nbr * 3;
+          const acc_t* v15 = b5 + nbr * 3;
+          const acc_t* v18 = b9 + nbr * 3;
+          const scalar_t* v0 = b0 + nbr * 3;
+          #pragma omp simd
+          for (int k = 0; k < 3; ++k) {
+            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+            const bool e6 = (e4 == v5[(c0 + k)]);
+            const acc_t e9 = ((acc_t)e6 * v8[(c0 + k)]);
+            const acc_t e10 = (v1[(c0 + k)] * e9);
+            const acc_t e11 = (e10 * v3[(c0 + k)]);
+            const bool e16 = (v2[(c0 + k)] == v15[(c0 + k)]);
+            const acc_t e19 = ((acc_t)e16 * v18[(c0 + k)]);
+            const acc_t e20 = (v0[(c0 + k)] * e19);
+            acc13[k] += e11;
+            acc21[k] += e20;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 3; ++k) {
+          v13[(c0 + k)] = acc13[k];
+          v21[(c0 + k)] = acc21[k];
+        }
+      }
+      if (!last) continue;  // the row's sums are not complete yet
+      acc_t v22[3];
+      for (int64_t i0 = 0; i0 < 3; ++i0) {
+        v22[i0] = (v13[i0] + v21[i0]);
+      }
+      for (int64_t i0 = 0; i0 < 3; ++i0) {
+        b6[r * 3 + i0] = v22[i0];
+      }
+    }
+    }
+  } else {
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -339,6 +432,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       b6[r * 3 + i0] = v22[i0];
     }
   }
+  }
+  std::free(partial);
+  std::free(cursor);
 }
 
 extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {

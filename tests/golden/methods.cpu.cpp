@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <omp.h>
+#include <unistd.h>
 #if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
 #define SEASTAR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
@@ -57,6 +58,17 @@ static inline double seastar_exp(double x) {
   double s1, s2; std::memcpy(&s1, &high, 8); std::memcpy(&s2, &low, 8);
   const double result = y * s1 * s2;
   return x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result);
+}
+static inline int64_t seastar_source_chunk(int64_t row_bytes) {
+#ifdef _SC_LEVEL2_CACHE_SIZE
+  static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#else
+  static const long l2 = 0;
+#endif
+  const char* set = std::getenv("SEASTAR_SOURCE_CHUNK_BYTES");
+  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7;
+  if (budget <= 0 || row_bytes <= 0) return INT64_MAX;
+  return std::max<int64_t>(1, budget / row_bytes);
 }
 
 static const char* last_error = "";
