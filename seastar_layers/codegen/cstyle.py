@@ -803,7 +803,6 @@ class KernelRenderer:
         scratch = " + ".join(f"({s})" for s in self.scratch_sizes) or "0"
         return "\n".join(self.lines), n_rows, scratch, c_max(sorted({str(s) for s in self.sizes}))
 
-
     def render_source_chunks(self, n_rows: str, n_nbrs: str, row_bytes: str, body: list[str], chunked: list[str]):
         """The row loop of a sweep whose gathered rows overflow a core's cache, once per chunk of
         neighbours whose rows fit it (seastar_source_chunk), so that each chunk's rows are read from
