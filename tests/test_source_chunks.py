@@ -175,3 +175,21 @@ def test_every_construct_in_chunks_gives_the_same_bits(monkeypatch, fn, names):
     assert_same_bits(plain, chunked)
     expected = oracle(fn, ei, 11, program(graph, **used), **used)
     assert_close(program(graph, **used), expected)
+
+
+@pytest.mark.parametrize("width", [16, 41, 80, 105, 112])
+def test_row_remainders_sum_as_torch(width):
+    """A row's features beyond its full 64-wide blocks go in 16-wide blocks where they are a multiple of
+    16 (16, 80 = 64 + 16, 112 = 64 + 48) and in one pass of run-time width otherwise (41, 105 = 64 +
+    41): every width sums as torch does, forward and both gradients, in one sweep."""
+    ei = skewed_edges(90, 60, 900, seed=width)
+    graph = sorted_graph(ei, 90, 60)
+    x = torch.randn(90, width, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(ei.shape[1], dtype=torch.float64, requires_grad=True)
+    out = OPS.weighted_sum(graph.op_tensors(), x, w)[0][0]
+    expected = torch.zeros(60, width, dtype=torch.float64).index_add(0, ei[1], w[:, None] * x[ei[0]])
+    torch.testing.assert_close(out, expected)
+    grad = torch.randn(60, width, dtype=torch.float64)
+    for got, want in zip(torch.autograd.grad(out, (x, w), grad), torch.autograd.grad(expected, (x, w), grad),
+                         strict=True):
+        torch.testing.assert_close(got, want)

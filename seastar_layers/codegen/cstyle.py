@@ -462,7 +462,7 @@ class KernelRenderer:
             # fetches its own width: four lines ahead for a 16-float row halved its sweep's speed
             span = layout.prefetch_span
             if span is not None:
-                span = min(span, int(count)) if count.isdigit() else None
+                span = min(span, int(count)) if count.isdigit() else count
             self.prefetch_ahead(reads, layout.prefetch, len(shape), layout.prefetch_rows, span, layout.vector_axis)
         # values constant along the block's features are computed once per edge (where the layout allows)
         names: dict[int, str] = {}
@@ -586,7 +586,7 @@ class KernelRenderer:
             names.update({i: f"t{i}[{stored_at[i]}]" for i in values if i in stored})
 
     def prefetch_ahead(self, reads: list[int], coords: list[str], out_rank: int, whole_rows: bool,
-                       span: int | None, vector_axis: int):
+                       span: int | str | None, vector_axis: int):
         """Prefetch this block of the rows (or the whole rows) gathered through the neighbour or
         edge id a few edges ahead. Per-edge values are: edge ids scatter them over the largest
         arrays. A neighbour's value smaller than a cache line is not (N of them stay cached)."""
@@ -603,7 +603,8 @@ class KernelRenderer:
                 continue
             offset = flat_index(n.shape, coords, out_rank) if len(n.shape) <= out_rank else "0"
             # a block wider than a cache line is fetched whole, where the value runs along the block
-            wide = span is not None and span > 16 and varies_along(n.shape, self.block_shape, vector_axis)
+            wide = (span is not None and (not isinstance(span, int) or span > 16)
+                    and varies_along(n.shape, self.block_shape, vector_axis))
             self.emit(*self.d.prefetch(f"{row} + {offset}", "j + DISTANCE < end", str(span) if wide else None))
 
     # kernel ------------------------------------------------------------------------------------

@@ -161,7 +161,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
           for (int k = 0; k < 64; ++k) {
             v3[(c0 + k)] = acc3[k];
           }
-        } else if (c0 + 16 <= s0) { step = 16;
+        } else if (((s0) - c0) % 16 == 0) { step = 16;
           acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
           if (!first) {
             #pragma omp simd
@@ -198,7 +198,10 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
             (void)nbr; (void)eid;
             const scalar_t* v0 = b0 + nbr * s0;
             const scalar_t* v1 = b1 + nbr * 1;
-            if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+            if (j + 16 < end) {
+              const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+              for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * ((int)((s0) - c0)); q += 64) __builtin_prefetch((const char*)ahead + q);
+            }
             #pragma omp simd
             for (int k = 0; k < (int)((s0) - c0); ++k) {
               const acc_t e2 = (v0[(c0 + k)] * v1[0]);
@@ -246,7 +249,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
         for (int k = 0; k < 64; ++k) {
           v3[(c0 + k)] = acc3[k];
         }
-      } else if (c0 + 16 <= s0) { step = 16;
+      } else if (((s0) - c0) % 16 == 0) { step = 16;
         acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
@@ -271,7 +274,10 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * ((int)((s0) - c0)); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
           #pragma omp simd
           for (int k = 0; k < (int)((s0) - c0); ++k) {
             const acc_t e2 = (v0[(c0 + k)] * v1[0]);
@@ -398,7 +404,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
           for (int k = 0; k < 64; ++k) {
             v1[(c0 + k)] = acc1[k];
           }
-        } else if (c0 + 16 <= s0) { step = 16;
+        } else if (((s0) - c0) % 16 == 0) { step = 16;
           acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
           if (!first) {
             #pragma omp simd
@@ -432,7 +438,10 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
             const int64_t nbr = nbrs[j], eid = eids[j];
             (void)nbr; (void)eid;
             const scalar_t* v0 = b0 + nbr * s0;
-            if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+            if (j + 16 < end) {
+              const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+              for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * ((int)((s0) - c0)); q += 64) __builtin_prefetch((const char*)ahead + q);
+            }
             #pragma omp simd
             for (int k = 0; k < (int)((s0) - c0); ++k) {
               acc1[k] += v0[(c0 + k)];
@@ -496,7 +505,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
         for (int k = 0; k < 64; ++k) {
           v1[(c0 + k)] = acc1[k];
         }
-      } else if (c0 + 16 <= s0) { step = 16;
+      } else if (((s0) - c0) % 16 == 0) { step = 16;
         acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
@@ -518,7 +527,10 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
           const int64_t nbr = nbrs[j], eid = eids[j];
           (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * s0;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * ((int)((s0) - c0)); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
           #pragma omp simd
           for (int k = 0; k < (int)((s0) - c0); ++k) {
             acc1[k] += v0[(c0 + k)];
