@@ -20,10 +20,11 @@ class Graph:
     """A directed graph from `num_src` source vertices to `num_dst` destination vertices.
 
     Edge k goes from ``edge_index[0, k]`` to ``edge_index[1, k]``; edge features are indexed by k.
-    Both CSR layouts are built once, each row's edges sorted by their other end, then by edge_index
-    order, so every kernel visits a row's edges in one order and results are deterministic (and a
-    sweep over a large graph can take its neighbours in chunks that fit the cache). ``num_src != num_dst`` is a bipartite graph
-    (a sampled block).
+    Both CSR layouts are built once, with a stable sort, so every kernel visits a row's edges in one
+    order and results are deterministic: edge_index order, or on a graph of 2^20 edges or more
+    (by_neighbour) by their other end, then edge_index order, so that a sweep can take its
+    neighbours in chunks that fit the cache. ``num_src != num_dst`` is a bipartite graph (a sampled
+    block).
 
     Built from both layouts directly, ``Graph(in_indptr, in_src, in_eid, out_indptr, out_dst,
     out_eid, num_src, num_dst)`` checks everything a kernel relies on (and converts int32 arrays),

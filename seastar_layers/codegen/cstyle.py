@@ -794,9 +794,7 @@ class KernelRenderer:
                 ctype = self.buffers[key].c_type
                 self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
         if chunked is None:
-            self.emit(*self.d.row_loop_open(n_rows, "order", bool(self.scratch_sizes)))
-            self.lines.extend("  " + line for line in body)
-            self.emit(*self.d.row_loop_close())
+            self.row_loop(n_rows, body, bool(self.scratch_sizes), "  ")
         else:
             self.render_source_chunks(n_rows, "p.num_src" if dst else "p.num_dst", row_bytes, body, chunked)
         self.depth = 0
@@ -834,14 +832,15 @@ class KernelRenderer:
                   "    const bool first = c == 0, last = c + 1 == chunks;",
                   "    const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's")
         chunk_scratch = any(re.search(r"\bscratch\b", line) for line in chunked)  # where the sums are in partial
-        self.lines.extend("    " + line for line in self.d.row_loop_open(n_rows, "order", chunk_scratch))
-        self.lines.extend("    " + line for line in chunked)
-        self.lines.extend("    " + line for line in self.d.row_loop_close())
+        self.row_loop(n_rows, chunked, chunk_scratch, "    ")
         self.emit("  }", "} else {")
-        self.lines.extend("  " + line for line in self.d.row_loop_open(n_rows, "order", uses_scratch))
-        self.lines.extend("  " + line for line in body)
-        self.lines.extend("  " + line for line in self.d.row_loop_close())
+        self.row_loop(n_rows, body, uses_scratch, "  ")
         self.emit("}", "std::free(partial);", "std::free(cursor);")
+
+    def row_loop(self, n_rows: str, body: list[str], uses_scratch: bool, indent: str):
+        """The dialect's loop over the rows around `body`, every line indented by `indent`."""
+        self.lines.extend(indent + line for line in [*self.d.row_loop_open(n_rows, "order", uses_scratch), *body,
+                                                      *self.d.row_loop_close()])
 
 
 def index_helpers(dialect: Dialect) -> list[str]:
