@@ -7,7 +7,7 @@
 //       h_0 = h,  h_{k+1} = (1 - alpha) * dst_scale * S(src_scale * h_k) + alpha * h,
 //       S(y)_v = sum over the in-edges u -> v of y_u  (the weighted_sum program).
 //   seastar_layers::degree_scales   a CSR's degrees to the power -1/2 or -1 (the layers' degree
-//                                   normalisations), `isolated` for rows without edges.
+//                                   normalisations), `isolated` for rows without edges, shaped to scale rows.
 //
 // A layer calling these ops one by one from Python paid a dispatch from Python for each (about 3-6 us
 // apiece on this project's machines, against a kernel of 6-20 us on a small graph): 12 of them per GAT
@@ -861,15 +861,19 @@ at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::
   return out;
 }
 
-// Every row's degree (indptr's row lengths) to `exponent`, as a (rows,) tensor of `dtype`, and `isolated`
-// where a row has no edges: PyG's gcn_norm (-1/2, 0 for isolated vertices) and DGL's GraphConv (its
-// degrees clamped to 1 first, so 1). A sampled block is a new graph on every call, and its two scales
+// Every row's degree (indptr's row lengths) to `exponent`, as a (rows, 1, ..., 1) tensor of `dims` dimensions
+// and `dtype` (shaped to scale `dims`-dimensional features' rows: a view from Python cost 1-2 us more per new
+// graph), and `isolated` where a row has no edges: PyG's gcn_norm (-1/2, 0 for isolated vertices) and DGL's
+// GraphConv (its degrees clamped to 1 first, so 1). A sampled block is a new graph on every call, and its two scales
 // through the ATen ops below (a slice, a difference, a cast, clamp, pow, a comparison, where) took
 // 15-20 us each on a 10-vertex graph; one plain pass takes well under 1 us. Both give the same bits:
 // ATen's pow takes -1/2 as 1 / sqrt and -1 as 1 / x, as the loop does.
-at::Tensor degree_scales(const at::Tensor& indptr, at::ScalarType dtype, double exponent, double isolated) {
+at::Tensor degree_scales(const at::Tensor& indptr, at::ScalarType dtype, double exponent, double isolated,
+                         int64_t dims) {
   TORCH_CHECK_VALUE(exponent == -0.5 || exponent == -1.0, "seastar_layers::degree_scales: 'exponent' must be "
                     "-0.5 or -1, got ", exponent);
+  TORCH_CHECK_VALUE(dims >= 1, "seastar_layers::degree_scales: 'dims' (the result's dimensions) must be >= 1, got ",
+                    dims);
   TORCH_CHECK_TYPE(indptr.scalar_type() == at::kLong || indptr.scalar_type() == at::kInt,
                    "seastar_layers::degree_scales: 'indptr' must hold int32 or int64 row pointers, got ",
                    torch_name(indptr.scalar_type()));
@@ -882,7 +886,9 @@ at::Tensor degree_scales(const at::Tensor& indptr, at::ScalarType dtype, double 
   if ((dtype == at::kFloat || dtype == at::kDouble) && indptr.is_cpu() && indptr.is_contiguous() &&
       !at::isTensorSubclassLike(indptr)) {
     const int64_t rows = indptr.numel() - 1;
-    at::Tensor out = at::empty({rows}, options);
+    std::vector<int64_t> sizes(dims, 1);
+    sizes[0] = rows;
+    at::Tensor out = at::empty(sizes, options);
     AT_DISPATCH_FLOATING_TYPES(dtype, "seastar_layers::degree_scales", [&] {
       AT_DISPATCH_INDEX_TYPES(indptr.scalar_type(), "seastar_layers::degree_scales", [&] {
         const index_t* p = indptr.const_data_ptr<index_t>();
@@ -900,7 +906,10 @@ at::Tensor degree_scales(const at::Tensor& indptr, at::ScalarType dtype, double 
     return out;
   }
   const at::Tensor degrees = (indptr.slice(0, 1) - indptr.slice(0, 0, -1)).to(dtype);
-  return at::where(degrees == 0, at::scalar_tensor(isolated, options), degrees.clamp_min(1).pow(exponent));
+  std::vector<c10::SymInt> shape(dims, 1);
+  shape[0] = degrees.sym_size(0);
+  return at::where(degrees == 0, at::scalar_tensor(isolated, options), degrees.clamp_min(1).pow(exponent))
+      .view_symint(shape);
 }
 
 }  // namespace
@@ -917,7 +926,7 @@ TORCH_LIBRARY_FRAGMENT(seastar_layers, m) {
   m.def("appnp_propagate(Tensor[] graph, Tensor h, Tensor src_scale, Tensor dst_scale, float alpha, int steps) "
         "-> Tensor",
         {at::Tag::pt2_compliant_tag});
-  m.def("degree_scales(Tensor indptr, ScalarType dtype, float exponent, float isolated) -> Tensor",
+  m.def("degree_scales(Tensor indptr, ScalarType dtype, float exponent, float isolated, int dims=1) -> Tensor",
         {at::Tag::pt2_compliant_tag});
 }
 

@@ -9,8 +9,6 @@ edge-wise step runs as one fused vertex program. DGLGraphs and blocks from DGL's
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import numpy
 import torch
 
@@ -32,17 +30,27 @@ ZERO_IN_DEGREE = ("There are 0-in-degree nodes in the graph, output for those no
                   "be `True` when constructing this module will suppress the check and let the code run.")
 
 
-@dataclass(frozen=True)
 class _Converted:
     """What the layers read of a DGL graph, converted once per graph: kept on the DGLGraph object,
     where a model compiled with torch.compile finds it without calling DGL (whose C library dynamo
-    cannot trace), with the graph index it came from (DGL replaces it when the edges change)."""
+    cannot trace), with the graph index it came from (DGL replaces it when the edges change). A
+    plain class with slots: a sampled block is a new graph every step, and a frozen dataclass's
+    fields cost a microsecond to set."""
 
-    index: object
-    graph: Graph
-    is_block: bool
-    zero_in_degree: bool  # a destination without in-edges
-    inference: bool  # made in inference mode: its tensors serve no backward
+    __slots__ = ("index", "graph", "is_block", "inference", "_zero_in_degree")
+
+    def __init__(self, index, graph: Graph, is_block: bool, inference: bool):
+        self.index, self.graph, self.is_block = index, graph, is_block
+        self.inference = inference  # made in inference mode: its tensors serve no backward
+        self._zero_in_degree: bool | None = None
+
+    @property
+    def zero_in_degree(self) -> bool:
+        """Whether a destination has no in-edges, found when first asked: only modules built with
+        allow_zero_in_degree=False ask (sampled training allows such blocks)."""
+        if self._zero_in_degree is None:
+            self._zero_in_degree = _has_empty_rows(self.graph.in_indptr)
+        return self._zero_in_degree
 
 
 def prepare(graph):
@@ -50,37 +58,48 @@ def prepare(graph):
     torch.export) reads the conversion instead of calling DGL. A layer called outside a compiled
     model converts its graph the same way; inside one, an unconverted graph costs a graph break
     (an error under fullgraph=True). Returns the graph."""
-    _convert(graph)
+    _convert(graph).zero_in_degree  # noqa: B018 - found now: a compiled model reads it without numpy
     return graph
 
 
 def _converted(graph) -> _Converted:
     found = getattr(graph, "_seastar_converted", None)
     # dynamo cannot trace torch.is_inference_mode_enabled(); a traced model reads what prepare() left
-    if found is not None and found.index is graph._graph and (
-            torch.compiler.is_compiling() or found.inference == torch.is_inference_mode_enabled()):
+    if torch.compiler.is_compiling():
+        return found if found is not None and found.index is graph._graph else _convert_untraced(graph)
+    if found is not None and found.index is graph._graph and found.inference == torch.is_inference_mode_enabled():
         return found
     return _convert(graph)
 
 
-@torch.compiler.disable(reason="converting a DGL graph calls DGL's C library, which dynamo cannot trace; convert "
-                               "graphs before the compiled model with seastar_layers.dgl.prepare(g)")
 def _convert(graph) -> _Converted:
     # kept on the DGLGraph (graph_cache, keyed by its index, would hold the same conversion twice)
-    g = Graph.from_dgl(graph)
-    converted = _Converted(graph._graph, g, graph.is_block, _has_empty_rows(g.in_indptr),
-                           torch.is_inference_mode_enabled())
+    converted = _Converted(graph._graph, Graph.from_dgl(graph), graph.is_block, torch.is_inference_mode_enabled())
     graph._seastar_converted = converted
     return converted
 
 
+# called only inside a traced model: torch.compiler.disable's wrapper costs microseconds on every eager call
+_convert_untraced = torch.compiler.disable(
+    _convert, reason="converting a DGL graph calls DGL's C library, which dynamo cannot trace; convert graphs before "
+                     "the compiled model with seastar_layers.dgl.prepare(g)")
+
+
 def _has_empty_rows(indptr: torch.Tensor) -> bool:
-    """Whether a row of the CSR is empty (a destination without in-edges). On the CPU through numpy:
-    torch's three ops take 5 us on a small graph (a sampled block is a new one every step), numpy 1.4."""
+    """Whether a row of the CSR is empty (a destination without in-edges): whether two row pointers
+    are equal, as they never decrease. A small graph's (a sampled block is a new one every step) in
+    Python: torch's three ops take 5 us there, numpy's 1.4 us warm and 10 us after a DGL graph was
+    built (numpy's code out of the cache), a list of ints 0.5."""
+    if indptr.numel() <= SMALL_ROWS:
+        ends = indptr.tolist()
+        return len(set(ends)) < len(ends)
     if indptr.device.type != "cpu":
         return bool((indptr[1:] == indptr[:-1]).any())
     ends = indptr.numpy()
     return bool(numpy.count_nonzero(ends[1:] == ends[:-1]))
+
+
+SMALL_ROWS = 256  # _has_empty_rows: row pointers read as Python ints up to this many
 
 
 def _check_in_degrees(module, converted: _Converted) -> None:
@@ -160,18 +179,20 @@ def _degree_norms(g: Graph, how: str, sources: torch.Tensor,
     of the sources' out-degrees; "right": of the destinations' in-degrees), None on a side it leaves
     unscaled, each in the dtype and shape that scales its features' rows (as DGL's, whose scales take
     their features' dtype). They follow from the graph alone: made once per graph (inside a traced
-    model, on every call), both in one go (a sampled block is a new graph every step)."""
+    model, on every call), both in one go (a sampled block is a new graph every step). On the
+    graph's device: features elsewhere fail in the op that reads both."""
     def make():
         exponent = -0.5 if how == "both" else -1.0
+        scales = torch.ops.seastar_layers.degree_scales.default
         # DGL clamps the degrees to 1: a vertex without edges is scaled by 1
-        return tuple(torch.ops.seastar_layers.degree_scales(indptr, like.dtype, exponent, 1.0).view(
-            (-1,) + (1,) * (like.dim() - 1)) if how in (side, "both") else None
-            for side, indptr, like in (("left", g.out_indptr, sources), ("right", g.in_indptr, destinations)))
+        return (scales(g.out_indptr, sources.dtype, exponent, 1.0, sources.dim()) if how in ("left", "both") else None,
+                scales(g.in_indptr, destinations.dtype, exponent, 1.0, destinations.dim())
+                if how in ("right", "both") else None)
 
     if torch.compiler.is_compiling():
         return make()
-    return g.derived(("dgl_degree_norms", how, sources.dtype, destinations.dtype, sources.device, sources.dim(),
-                      destinations.dim()), make)
+    return g.derived(("dgl_degree_norms", how, sources.dtype, destinations.dtype, sources.dim(), destinations.dim()),
+                     make)
 
 
 def _edge_weight_norm(g: Graph, edge_weight: torch.Tensor) -> torch.Tensor:

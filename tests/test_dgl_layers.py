@@ -262,6 +262,27 @@ def test_zero_in_degree(name, kwargs):
     check(ref, ours, g, x())
 
 
+@pytest.mark.parametrize("num_nodes", [12, 300])  # row pointers read as Python ints, and through numpy
+@pytest.mark.parametrize("empty_row", [None, 0, 5, "last"])
+def test_zero_in_degree_found_on_small_and_large_graphs(num_nodes, empty_row):
+    """The 0-in-degree refusal finds a destination without in-edges wherever it is, and only then."""
+    v = torch.arange(num_nodes)
+    src, dst = torch.cat([v, v]), torch.cat([(v + 1) % num_nodes, (v + 2) % num_nodes])
+    if empty_row is not None:
+        lonely = num_nodes - 1 if empty_row == "last" else empty_row
+        src, dst = src[dst != lonely], dst[dst != lonely]
+    g = dgl.graph((src, dst), num_nodes=num_nodes)
+    assert bool((g.in_degrees() == 0).any()) == (empty_row is not None)
+    features = torch.randn(num_nodes, F_IN)
+    for name, kwargs in LAYERS[:2]:
+        ref, ours = pair(name, **kwargs)
+        if empty_row is None:
+            check(ref, ours, g, features)
+        else:
+            with pytest.raises(dgl.DGLError, match="0-in-degree"):
+                ours(g, features)
+
+
 def test_state_dicts_load_both_ways_and_repr():
     for name, kwargs in [("GATConv", dict(in_feats=F_IN, out_feats=3, num_heads=4, residual=True)),
                          ("GraphConv", dict(in_feats=F_IN, out_feats=3)), ("APPNPConv", dict(k=2, alpha=0.1))]:

@@ -1070,6 +1070,11 @@ def test_degree_scales_equal_the_layers_torch_formulas(dtype, index_dtype):
         assert got.dtype == dtype and got.shape == degrees.shape
         torch.testing.assert_close(got, expected, rtol=0, atol=0, msg=f"{exponent}, {isolated}")
         torch.library.opcheck(OPS.degree_scales, (indptr, dtype, exponent, isolated))
+        for dims in (2, 3):  # shaped to scale the rows of features of that many dimensions
+            shaped = OPS.degree_scales(indptr, dtype, exponent, isolated, dims)
+            assert shaped.shape == degrees.shape + (1,) * (dims - 1) and shaped.is_contiguous()
+            torch.testing.assert_close(shaped.flatten(), expected, rtol=0, atol=0)
+            torch.library.opcheck(OPS.degree_scales, (indptr, dtype, exponent, isolated, dims))
 
 
 @pytest.mark.parametrize("args,error,words", [
@@ -1078,7 +1083,8 @@ def test_degree_scales_equal_the_layers_torch_formulas(dtype, index_dtype):
                                                                        "torch.float32"]),
     ((torch.tensor([0, 1]), torch.int64, -0.5, 0.0), TypeError, ["'dtype' must be a floating dtype", "torch.int64"]),
     ((torch.zeros(0, dtype=torch.int64), torch.float32, -0.5, 0.0), ValueError, ["at least one row pointer"]),
-], ids=["exponent", "indptr dtype", "dtype", "empty"])
+    ((torch.tensor([0, 1]), torch.float32, -0.5, 0.0, 0), ValueError, ["'dims'", "must be >= 1, got 0"]),
+], ids=["exponent", "indptr dtype", "dtype", "empty", "dims"])
 def test_degree_scales_refuses_bad_arguments(args, error, words):
     with pytest.raises(error) as info:
         OPS.degree_scales(*args)

@@ -508,7 +508,7 @@ def _propagation(layer, name: str, x: Tensor, edge_index, edge_weight, improved:
             return edges.gcn_weights(*slots(), weight, n, improved, layer.flow == "source_to_target", x.dtype)
 
         def inverse_sqrt_degree():  # as gcn_norm: degrees in the features' dtype, 0 for isolated vertices
-            return torch.ops.seastar_layers.degree_scales(graph.in_indptr, x.dtype, -0.5, 0.0).unsqueeze(1)
+            return torch.ops.seastar_layers.degree_scales.default(graph.in_indptr, x.dtype, -0.5, 0.0, 2)
 
         compiling = torch.compiler.is_compiling()
         if weight is None and not improved and not (per_edge or layer.cached):
