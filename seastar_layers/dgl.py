@@ -37,20 +37,12 @@ class _Converted:
     plain class with slots: a sampled block is a new graph every step, and a frozen dataclass's
     fields cost a microsecond to set."""
 
-    __slots__ = ("index", "graph", "is_block", "inference", "_zero_in_degree")
+    __slots__ = ("index", "graph", "is_block", "zero_in_degree", "inference")
 
     def __init__(self, index, graph: Graph, is_block: bool, inference: bool):
         self.index, self.graph, self.is_block = index, graph, is_block
+        self.zero_in_degree = _has_empty_rows(graph.in_indptr)  # a destination without in-edges
         self.inference = inference  # made in inference mode: its tensors serve no backward
-        self._zero_in_degree: bool | None = None
-
-    @property
-    def zero_in_degree(self) -> bool:
-        """Whether a destination has no in-edges, found when first asked: only modules built with
-        allow_zero_in_degree=False ask (sampled training allows such blocks)."""
-        if self._zero_in_degree is None:
-            self._zero_in_degree = _has_empty_rows(self.graph.in_indptr)
-        return self._zero_in_degree
 
 
 def prepare(graph):
@@ -58,7 +50,7 @@ def prepare(graph):
     torch.export) reads the conversion instead of calling DGL. A layer called outside a compiled
     model converts its graph the same way; inside one, an unconverted graph costs a graph break
     (an error under fullgraph=True). Returns the graph."""
-    _convert(graph).zero_in_degree  # noqa: B018 - found now: a compiled model reads it without numpy
+    _convert(graph)
     return graph
 
 
