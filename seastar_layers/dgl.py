@@ -9,6 +9,7 @@ edge-wise step runs as one fused vertex program. DGLGraphs and blocks from DGL's
 from __future__ import annotations
 
 import math
+
 import numpy
 import torch
 
