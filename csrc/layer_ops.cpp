@@ -17,12 +17,14 @@
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
 // Python before, op for op, so results are unchanged bit for bit; in inference (plain_values) small
 // projections, gat_conv's scores and bias, and a small graph's APPNP steps come from plain loops, equal
-// up to rounding. On a small graph APPNP's steps, gcn_conv and gat_conv's usual call run in plain loops also
+// up to rounding; gat_conv's scores of plain CPU values come from the same loop where gradients are wanted, recorded
+// as one node (GatScoresBackward). On a small graph APPNP's steps, gcn_conv and gat_conv's usual call run in plain loops also
 // where gradients are wanted (of h; of x, weight and bias; of x, weight, the attention vectors and bias), each
 // recorded as one node (AppnpStepsBackward, GcnConvBackward, GatConvBackward) whose backward runs in plain loops.
 #include "seastar_ops.h"  // check_graph_arrays, kSerialWork
 
 #include <ATen/ATen.h>
+#include <ATen/AccumulateType.h>
 #include <ATen/Dispatch.h>
 #include <ATen/TensorSubclassLikeUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -178,23 +180,25 @@ at::Tensor project(const at::Tensor& x, const OptionalTensor& weight) {
   return x.dim() == 2 && weight->dim() == 2 ? at::mm(x, weight->t()) : at::linear(x, *weight);
 }
 
-// (h * att).sum(-1, true) for plain_values: h (rows, groups * heads, channels), att (1, heads, channels),
-// repeated over the groups
+// (h * att).sum(-1, true) for plain_values and recorded_scores: h (rows, groups * heads, channels), att (1, heads,
+// channels), repeated over the groups; each score sums its channels in order. Rows in parallel past torch's grain.
 at::Tensor plain_scores(const at::Tensor& h, const at::Tensor& att) {
-  const int64_t heads = att.size(1), channels = att.size(2);
-  const int64_t repeats = h.size(0) * h.size(1) / std::max<int64_t>(heads, 1);
-  at::Tensor out = at::empty({h.size(0), h.size(1), 1}, h.options());
+  const int64_t heads = att.size(1), channels = att.size(2), per_row = h.size(1);
+  at::Tensor out = at::empty({h.size(0), per_row, 1}, h.options());
   AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "seastar_layers::gat_conv scores", [&] {
     const scalar_t* x = h.const_data_ptr<scalar_t>();
     const scalar_t* vectors = att.const_data_ptr<scalar_t>();
     scalar_t* score = out.mutable_data_ptr<scalar_t>();
-    for (int64_t r = 0; r < repeats; ++r)  // each row's groups in turn
-      for (int64_t head = 0; head < heads; ++head, x += channels) {
-        const scalar_t* v = vectors + head * channels;
+    const int64_t grain = std::max<int64_t>(kSerialWork / std::max<int64_t>(per_row * channels, 1), 1);
+    at::parallel_for(0, h.size(0), grain, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin * per_row; k < end * per_row; ++k) {  // (row, group, head) in turn
+        const scalar_t* row = x + k * channels;
+        const scalar_t* v = vectors + (k % std::max<int64_t>(heads, 1)) * channels;
         scalar_t sum = 0;
-        for (int64_t c = 0; c < channels; ++c) sum += x[c] * v[c];
-        *score++ = sum;
+        for (int64_t c = 0; c < channels; ++c) sum += row[c] * v[c];
+        score[k] = sum;
       }
+    });
   });
   return out;
 }
@@ -349,6 +353,79 @@ class PlainLoopsBackward : public torch::autograd::Node {
  private:
   const char* op_;
 };
+
+// The backward of recorded_scores: grad_h = grad * att (per head, as the product's backward), and grad_att, the sum over
+// the rows and groups of grad * h, in fixed chunks of rows (the same bits on any number of threads), each summed in
+// the accumulate type. Where the ops computed these, their backward wrote (rows, groups * heads, channels) twice and
+// read it once more to sum it: on a sampled Reddit-scale/8 block (29k source rows of 8 x 8) about 8 of the GAT
+// training step's 48 ms.
+class GatScoresBackward : public PlainLoopsBackward {
+ public:
+  GatScoresBackward(const at::Tensor& h, const at::Tensor& att)
+      : PlainLoopsBackward("seastar_layers::gat_conv scores"), h_(h, false), att_(att, false) {}
+
+  torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
+    const at::Tensor h = h_.unpack(), att = att_.unpack();
+    const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : input_metadata(0).zeros_like();
+    const int64_t rows = h.size(0), per_row = h.size(1), heads = att.size(1), channels = att.size(2);
+    torch::autograd::variable_list gradients(2);
+    const bool want_h = should_compute_output(0), want_att = should_compute_output(1);
+    if (want_h) gradients[0] = at::empty_like(h, at::MemoryFormat::Contiguous);
+    if (want_att) gradients[1] = at::empty_like(att, at::MemoryFormat::Contiguous);
+    AT_DISPATCH_FLOATING_TYPES(h.scalar_type(), "seastar_layers::gat_conv scores_backward", [&] {
+      using acc_t = at::acc_type<scalar_t, /*is_cuda=*/false>;
+      const scalar_t *x = h.const_data_ptr<scalar_t>(), *v = att.const_data_ptr<scalar_t>();
+      const scalar_t* g = grad.const_data_ptr<scalar_t>();
+      scalar_t* grad_h = want_h ? gradients[0].mutable_data_ptr<scalar_t>() : nullptr;
+      const int64_t width = heads * channels, chunk = kScoreRows;
+      const int64_t chunks = (rows + chunk - 1) / chunk;
+      std::vector<acc_t> partial(want_att ? chunks * width : 0, acc_t(0));
+      at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
+        for (int64_t part = first; part < last; ++part) {
+          acc_t* sums = want_att ? partial.data() + part * width : nullptr;
+          const int64_t end = std::min(rows, (part + 1) * chunk) * per_row;
+          for (int64_t k = part * chunk * per_row; k < end; ++k) {  // (row, group, head) in turn
+            const int64_t head = k % std::max<int64_t>(heads, 1);
+            const scalar_t gs = g[k];
+            const scalar_t* row = x + k * channels;
+            const scalar_t* vector = v + head * channels;
+            if (grad_h != nullptr)
+              for (int64_t c = 0; c < channels; ++c) grad_h[k * channels + c] = gs * vector[c];
+            if (sums != nullptr)
+              for (int64_t c = 0; c < channels; ++c) sums[head * channels + c] += acc_t(gs * row[c]);
+          }
+        }
+      });
+      if (want_att) {
+        scalar_t* out = gradients[1].mutable_data_ptr<scalar_t>();
+        for (int64_t i = 0; i < width; ++i) {
+          acc_t total = 0;
+          for (int64_t part = 0; part < chunks; ++part) total += partial[part * width + i];
+          out[i] = static_cast<scalar_t>(total);
+        }
+      }
+    });
+    return finish(gradients, grads);
+  }
+
+ protected:
+  std::vector<torch::autograd::SavedVariable*> kept() override { return {&h_, &att_}; }
+
+ private:
+  static constexpr int64_t kScoreRows = 1024;  // rows a chunk of the vectors' gradient sums
+  torch::autograd::SavedVariable h_, att_;
+};
+
+// gat_conv's scores in plain_scores' loop, recorded as one GatScoresBackward node where h or att want gradients.
+at::Tensor recorded_scores(const at::Tensor& h, const at::Tensor& att) {
+  at::Tensor out = plain_scores(h, att);
+  if (torch::autograd::compute_requires_grad(h, att)) {
+    auto node = make_node<GatScoresBackward>(h, att);
+    node->set_next_edges(torch::autograd::collect_next_edges(h, att));
+    torch::autograd::set_history(out, node);
+  }
+  return out;
+}
 
 // The backward of gat_conv's plain loops where autograd records them: the gradients of x, weight, att_src,
 // att_dst and bias (those wanted), from the forward's projection, scores and attention (alpha), kept.
@@ -544,9 +621,14 @@ std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, 
   }
   const at::ScalarType dtype = h_src.scalar_type();
   const at::TensorOptions options = at::TensorOptions().dtype(compute_dtype(dtype)).device(x_src.device());
-  // each (group, head) attends on its own: the scores' vectors repeat over the groups
+  // each (group, head) attends on its own: the scores' vectors repeat over the groups. Plain values with one vector
+  // per head (att (1, heads, channels)) take the loops, with or without gradients; the ops take the rest (other
+  // devices and types, traced, or a vector that broadcasts over the heads, or fails to, as the ops say).
   auto scores = [&](const at::Tensor& h, const at::Tensor& att) {
-    if (plain_values({&h, &att})) return plain_scores(h, att);
+    if (plain_tensor(h, h.scalar_type()) && plain_tensor(att, h.scalar_type()) && h.dim() == 3 && att.dim() == 3 &&
+        att.size(0) == 1 && att.size(1) == att_src.size(1) && att.size(2) == h.size(2) &&
+        h.size(1) == h_src.size(1))
+      return recorded_scores(h, att);
     return cast((h * (grouped ? att.repeat_symint({1, groups, 1}) : att)).sum(-1, true), dtype);
   };
   std::optional<at::Tensor> a_dst, keep, seed;
