@@ -17,10 +17,11 @@
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
 // Python before, op for op, so results are unchanged bit for bit; in inference (plain_values) small
 // projections, gat_conv's scores and bias, and a small graph's APPNP steps come from plain loops, equal
-// up to rounding; gat_conv's scores of plain CPU values come from the same loop where gradients are wanted, recorded
-// as one node (GatScoresBackward). On a small graph APPNP's steps, gcn_conv and gat_conv's usual call run in plain loops also
-// where gradients are wanted (of h; of x, weight and bias; of x, weight, the attention vectors and bias), each
-// recorded as one node (AppnpStepsBackward, GcnConvBackward, GatConvBackward) whose backward runs in plain loops.
+// up to rounding; gat_conv's scores of plain CPU values come from the same loop where gradients are wanted,
+// recorded as one node (GatScoresBackward). On a small graph APPNP's steps, gcn_conv and gat_conv's usual call run
+// in plain loops also where gradients are wanted (of h; of x, weight and bias; of x, weight, the attention vectors
+// and bias), each recorded as one node (AppnpStepsBackward, GcnConvBackward, GatConvBackward) whose backward runs in
+// plain loops.
 #include "seastar_ops.h"  // check_graph_arrays, kSerialWork
 
 #include <ATen/ATen.h>
@@ -312,20 +313,26 @@ void plain_attention_backward(const index_t* indptr, const index_t* sources, int
     }
 }
 
-// The scores' share of the gradients: grad_h[r] += grad_score[r] * att (per head), grad_att += grad_score[r] * h[r]
-// over the first `rows` rows; h, grad_h (rows, heads, channels), grad_score (rows, heads), att (heads, channels).
-template <typename T>
-void plain_scores_backward(int64_t rows, int64_t heads, int64_t channels, const T* h, const T* att,
-                           const T* grad_score, T* grad_h, T* grad_att) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t head = 0; head < heads; ++head) {
-      const T gs = grad_score[r * heads + head];
-      const int64_t at = (r * heads + head) * channels;
+// The scores' share of the gradients over `pairs` (row, head) pairs in turn (a row's groups are rows of their own):
+// grad_h[k] = grad_score[k] * att[head] (kAdd: +=, onto what the backward summed there before), a null grad_h
+// skipped, and grad_att[head] += grad_score[k] * h[k] in Acc, a null grad_att skipped; h, grad_h (pairs, channels),
+// grad_score (pairs), att (heads, channels). GatConvBackward adds both in T; GatScoresBackward assigns grad_h and sums
+// grad_att per chunk of rows in the accumulate type.
+template <bool kAdd, typename T, typename Acc>
+void plain_scores_backward(int64_t pairs, int64_t heads, int64_t channels, const T* h, const T* att,
+                           const T* grad_score, T* grad_h, Acc* grad_att) {
+  for (int64_t k = 0; k < pairs; ++k) {
+    const int64_t head = k % std::max<int64_t>(heads, 1);
+    const T gs = grad_score[k];
+    const T* vector = att + head * channels;
+    if (grad_h != nullptr)
       for (int64_t c = 0; c < channels; ++c) {
-        grad_h[at + c] += gs * att[head * channels + c];
-        grad_att[head * channels + c] += gs * h[at + c];
+        const T share = gs * vector[c];
+        grad_h[k * channels + c] = kAdd ? grad_h[k * channels + c] + share : share;
       }
-    }
+    if (grad_att != nullptr)
+      for (int64_t c = 0; c < channels; ++c) grad_att[head * channels + c] += gs * h[k * channels + c];
+  }
 }
 
 // The plain loops' autograd nodes (GatConvBackward, GcnConvBackward, AppnpStepsBackward): named after their op,
@@ -354,9 +361,9 @@ class PlainLoopsBackward : public torch::autograd::Node {
   const char* op_;
 };
 
-// The backward of recorded_scores: grad_h = grad * att (per head, as the product's backward), and grad_att, the sum over
-// the rows and groups of grad * h, in fixed chunks of rows (the same bits on any number of threads), each summed in
-// the accumulate type. Where the ops computed these, their backward wrote (rows, groups * heads, channels) twice and
+// The backward of recorded_scores: grad_h = grad * att (per head, as the product's backward), and grad_att, the sum
+// over the rows and groups of grad * h, in fixed chunks of rows (the same bits on any number of threads), each summed
+// in the accumulate type. Where the ops computed these, their backward wrote (rows, groups * heads, channels) twice and
 // read it once more to sum it: on a sampled Reddit-scale/8 block (29k source rows of 8 x 8) about 8 of the GAT
 // training step's 48 ms.
 class GatScoresBackward : public PlainLoopsBackward {
@@ -382,18 +389,10 @@ class GatScoresBackward : public PlainLoopsBackward {
       std::vector<acc_t> partial(want_att ? chunks * width : 0, acc_t(0));
       at::parallel_for(0, chunks, 1, [&](int64_t first, int64_t last) {
         for (int64_t part = first; part < last; ++part) {
-          acc_t* sums = want_att ? partial.data() + part * width : nullptr;
-          const int64_t end = std::min(rows, (part + 1) * chunk) * per_row;
-          for (int64_t k = part * chunk * per_row; k < end; ++k) {  // (row, group, head) in turn
-            const int64_t head = k % std::max<int64_t>(heads, 1);
-            const scalar_t gs = g[k];
-            const scalar_t* row = x + k * channels;
-            const scalar_t* vector = v + head * channels;
-            if (grad_h != nullptr)
-              for (int64_t c = 0; c < channels; ++c) grad_h[k * channels + c] = gs * vector[c];
-            if (sums != nullptr)
-              for (int64_t c = 0; c < channels; ++c) sums[head * channels + c] += acc_t(gs * row[c]);
-          }
+          const int64_t begin = part * chunk * per_row, end = std::min(rows, (part + 1) * chunk) * per_row;
+          plain_scores_backward<false>(end - begin, heads, channels, x + begin * channels, v, g + begin,
+                                       grad_h != nullptr ? grad_h + begin * channels : nullptr,
+                                       want_att ? partial.data() + part * width : nullptr);
         }
       });
       if (want_att) {
@@ -467,13 +466,13 @@ class GatConvBackward : public PlainLoopsBackward {
                                  grad_h.mutable_data_ptr<scalar_t>(), grad_src.mutable_data_ptr<scalar_t>(),
                                  with_dst_ ? grad_dst.mutable_data_ptr<scalar_t>() : nullptr);
       });
-      plain_scores_backward(rows, heads, channels, h.const_data_ptr<scalar_t>(), att_src.const_data_ptr<scalar_t>(),
-                            grad_src.const_data_ptr<scalar_t>(), grad_h.mutable_data_ptr<scalar_t>(),
-                            grad_att_src.mutable_data_ptr<scalar_t>());
+      plain_scores_backward<true>(rows * heads, heads, channels, h.const_data_ptr<scalar_t>(),
+                                  att_src.const_data_ptr<scalar_t>(), grad_src.const_data_ptr<scalar_t>(),
+                                  grad_h.mutable_data_ptr<scalar_t>(), grad_att_src.mutable_data_ptr<scalar_t>());
       if (with_dst_)  // the destinations are the first rows
-        plain_scores_backward(rows_dst, heads, channels, h.const_data_ptr<scalar_t>(),
-                              att_dst.const_data_ptr<scalar_t>(), grad_dst.const_data_ptr<scalar_t>(),
-                              grad_h.mutable_data_ptr<scalar_t>(), grad_att_dst.mutable_data_ptr<scalar_t>());
+        plain_scores_backward<true>(rows_dst * heads, heads, channels, h.const_data_ptr<scalar_t>(),
+                                    att_dst.const_data_ptr<scalar_t>(), grad_dst.const_data_ptr<scalar_t>(),
+                                    grad_h.mutable_data_ptr<scalar_t>(), grad_att_dst.mutable_data_ptr<scalar_t>());
     });
     if (should_compute_output(2)) gradients[2] = grad_att_src;
     if (with_dst_ && should_compute_output(3)) gradients[3] = grad_att_dst;
