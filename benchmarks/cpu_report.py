@@ -223,32 +223,32 @@ def report(results: dict, graphs: dict, args) -> str:
                 _pivot(results, rows)]
     overhead = [m for m in results if m.workload == "overhead"]
     if overhead:
-        lines = []
-        for layer in ("GAT", "GCN", "APPNP"):
-            line = {"layer": layer}
-            for lib, name in LIBRARY_NAMES.items():
-                r = _get(results, "overhead", "", layer, lib)
-                line[name] = "" if r is None else r["status"] if r["status"] != "ok" else \
-                    f"{seconds(r['forward_s'])} / {seconds(r['step_s'])}"
-            if any(_get(results, "overhead", "", layer, lib) for lib in LIBRARY_NAMES):
-                lines.append(line)
+        def per_layer(libraries, cell):
+            """A row per layer of cell(result) for each of `libraries` measured (where cell gives one)."""
+            lines = []
+            for layer in ("GAT", "GCN", "APPNP"):
+                cells = {}
+                for lib in libraries:
+                    r = _get(results, "overhead", "", layer, lib)
+                    text = None if r is None else cell(r)
+                    if text is not None:
+                        cells[LIBRARY_NAMES[lib]] = text
+                if cells:
+                    lines.append({"layer": layer, **cells})
+            return lines
+
+        lines = per_layer(LIBRARY_NAMES, lambda r: r["status"] if r["status"] != "ok" else
+                          f"{seconds(r['forward_s'])} / {seconds(r['step_s'])}")
         out += ["\nper call on a 10-vertex graph, a new graph each call (forward / forward+backward):",
                 table(lines, ["layer", *LIBRARY_NAMES.values()])]
         # the DGL flavours' calls each follow a DGL graph's construction (the benchmark's, untimed), which
         # pushes code and data out of the caches: the PyG flavours' forward under the same conditions
-        pyg_flavours = [LIBRARY_NAMES[lib] for lib in ("pyg", "seastar-pyg")]
-        lines = []
-        for layer in ("GAT", "GCN", "APPNP"):
-            line = {"layer": layer}
-            for lib in ("pyg", "seastar-pyg"):
-                r = _get(results, "overhead", "", layer, lib)
-                if r is not None and "forward_after_dgl_graph_s" in r:
-                    line[LIBRARY_NAMES[lib]] = seconds(r["forward_after_dgl_graph_s"])
-            if len(line) > 1:
-                lines.append(line)
+        pyg_flavours = ("pyg", "seastar-pyg")
+        lines = per_layer(pyg_flavours, lambda r: seconds(r["forward_after_dgl_graph_s"])
+                          if "forward_after_dgl_graph_s" in r else None)
         if lines:
             out += ["forward of the PyG flavours with a DGL graph built before each call, as before the DGL "
-                    "flavours' calls:", table(lines, ["layer", *pyg_flavours])]
+                    "flavours' calls:", table(lines, ["layer", *(LIBRARY_NAMES[lib] for lib in pyg_flavours)])]
     checks = cross_checks(results)
     wrong = [c for c in checks if c["verdict"] != "ok"]
     out.append(f"\ncross-checks against the library each drop-in replaces: {len(checks) - len(wrong)} of {len(checks)} "

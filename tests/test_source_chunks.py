@@ -114,7 +114,8 @@ def test_rows_not_sorted_by_neighbour_give_the_same_bits(monkeypatch):
 
     plain, chunked = plain_and_chunked(monkeypatch, run, 16 * 8 * 10)
     assert_same_bits(plain, chunked)
-    expected = torch.zeros(200, 16, dtype=torch.float64).index_add_(0, built.endpoints()[1], x.detach()[built.endpoints()[0]])
+    src, dst = built.endpoints()
+    expected = torch.zeros(200, 16, dtype=torch.float64).index_add_(0, dst, x.detach()[src])
     torch.testing.assert_close(plain[0], expected)
 
 
@@ -140,7 +141,8 @@ def test_layers_in_chunks_give_the_same_bits(monkeypatch, layer):
 
         g = dgl.graph((ei[0], ei[1]), num_nodes=n)
         torch.manual_seed(0)
-        module = sl_dgl.GraphConv(24, 40, allow_zero_in_degree=True) if layer == "GraphConv" else sl_dgl.APPNPConv(k=4, alpha=0.1)
+        module = (sl_dgl.GraphConv(24, 40, allow_zero_in_degree=True) if layer == "GraphConv"
+                  else sl_dgl.APPNPConv(k=4, alpha=0.1))
 
         def call():
             return module(g, x)

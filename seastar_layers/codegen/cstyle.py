@@ -744,13 +744,15 @@ class KernelRenderer:
 
     def declare_partial(self, i: int) -> None:
         """Aggregation i of a source-chunked sweep, in the row's part of `partial`."""
-        offset = " + ".join(f"({self.nodes[a].size})" for a in self.k.loops[0].aggs[:self.k.loops[0].aggs.index(i)])
         self.sizes.append(self.nodes[i].size)
-        self.emit(f"acc_t* __restrict__ v{i} = partial + r * ({self.partial_per_row()}) + {offset or '0'};")
+        offset = self.partial_per_row(self.k.loops[0].aggs.index(i))
+        self.emit(f"acc_t* __restrict__ v{i} = partial + r * ({self.partial_per_row()}) + {offset};")
         self.replicated[i] = True
 
-    def partial_per_row(self) -> str:
-        return " + ".join(f"({self.nodes[a].size})" for a in self.k.loops[0].aggs)
+    def partial_per_row(self, before: int | None = None) -> str:
+        """Elements of `partial` per row: the sums of the loop's aggregations (with `before`, of the first
+        that many: where the next one starts)."""
+        return " + ".join(f"({self.nodes[a].size})" for a in self.k.loops[0].aggs[:before]) or "0"
 
     def gathered_row_bytes(self) -> str | None:
         """Bytes of the neighbour rows the kernel gathers, per neighbour, where it can sweep them in
@@ -817,7 +819,8 @@ class KernelRenderer:
                   f"bool sorted = chunk < {n_nbrs} / 2 && {n_rows} > 0;",
                   "for (int64_t probe = 0; probe < 64 && sorted; ++probe) {",
                   f"  const int64_t row = probe * {n_rows} / 64;",
-                  "  for (int64_t j = indptr[row] + 1; j < indptr[row + 1] && sorted; ++j) sorted = nbrs[j - 1] <= nbrs[j];",
+                  "  for (int64_t j = indptr[row] + 1; j < indptr[row + 1] && sorted; ++j) "
+                  "sorted = nbrs[j - 1] <= nbrs[j];",
                   "}",
                   "acc_t* partial = nullptr;",
                   "int64_t* cursor = nullptr;",
