@@ -252,9 +252,10 @@ class GraphConv(_DGLGraphConv):
             # the rows; for equal widths either order moves as much), whole in plain loops with one
             # autograd node on a small graph
             src_norm, dst_norm = _degree_norms(g, self._norm, feat_src, feat_dst)
+            # DGL's weight is (in, out): the op transposes it (weight_transposed), unrecorded where it can
             rst = torch.ops.seastar_layers.gcn_conv.default(
-                g.op_tensors(), feat_src, None if weight is None else weight.t(), src_norm, dst_norm,
-                None if edge_weight is None else edge_weight.reshape(g.num_edges), member(self, "bias"))
+                g.op_tensors(), feat_src, weight, src_norm, dst_norm,
+                None if edge_weight is None else edge_weight.reshape(g.num_edges), member(self, "bias"), True)
             return rst if self._activation is None else self._activation(rst)
         # (N, *, D) features or edge weights of other shapes: DGL's order in ops. Multiply first when
         # that makes the messages narrower, as DGL; the source norm, a per-row scale, then goes on the

@@ -520,6 +520,28 @@ def test_inference_projection_takes_small_products_only():
             OPS.gat_conv(graph.tensors(), **dict(args, weight_src=weight))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_plain_projection_sums_each_output_in_input_order(dtype):
+    """The plain loops' projection (csrc/layer_ops.cpp: dot_rows) sums each output's products in input
+    order, in register blocks of outputs and a tail after them: bit for bit the products added one
+    input at a time, for widths below, at and past a block (32 floats, 16 doubles) and both weight
+    layouts (torch.nn.Linear's (out, in); DGL's (in, out), weight_transposed). On a graph whose only
+    edges are self-loops gcn_conv's output is the projection itself."""
+    loops = sl.Graph.from_edge_index(torch.arange(N).repeat(2, 1), N)
+    gen = torch.Generator().manual_seed(13)
+    for width_in, width_out in [(1, 1), (7, 5), (3, 32), (64, 33), (64, 64), (9, 70)]:
+        x = torch.randn(N, width_in, dtype=dtype, generator=gen)
+        weight = torch.randn(width_out, width_in, dtype=dtype, generator=gen)
+        want = torch.zeros(N, width_out, dtype=dtype)
+        for i in range(width_in):
+            want = want + x[:, i:i + 1] * weight[:, i]
+        with torch.no_grad():
+            linear = OPS.gcn_conv(loops.tensors(), x, weight, None, None, None, None)
+            held = OPS.gcn_conv(loops.tensors(), x, weight.t().contiguous(), None, None, None, None, True)
+        assert torch.equal(linear, want), (width_in, width_out)
+        assert torch.equal(held, want), (width_in, width_out)
+
+
 def test_gcn_conv_inference_projection_equals_the_recorded_one():
     """gcn_conv projects through the same loop in inference: equal to the recorded projection."""
     gen = torch.Generator().manual_seed(12)
@@ -666,6 +688,36 @@ def test_plain_loops_take_a_transposed_weight():
         torch.testing.assert_close(out, want)
         torch.testing.assert_close(torch.autograd.grad(out, transposed, grad)[0],
                                    torch.autograd.grad(want, contiguous, grad)[0].t())
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["plain loops", "recorded ops"])
+def test_gcn_conv_takes_a_weight_held_as_in_out(recorded):
+    """weight_transposed=True: a weight held as (in, out) (DGL's GraphConv's) gives what its transpose
+    gives, bit for bit, in value and in every gradient; the plain loops' node feeds the weight's own
+    gradient accumulator (no transpose node between, no copy of its gradient); gradcheck and opcheck.
+    Recorded: a scale that wants a gradient takes the calls off the plain loops."""
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(N, 5, dtype=torch.float64, generator=gen, requires_grad=True)
+    held = torch.randn(5, 6, dtype=torch.float64, generator=gen, requires_grad=True)  # (in, out)
+    scale = (torch.rand(N, 1, dtype=torch.float64, generator=gen) + 0.5).requires_grad_(recorded)
+    bias = torch.randn(6, dtype=torch.float64, generator=gen, requires_grad=True)
+    out = OPS.gcn_conv(GRAPH.tensors(), x, held, scale, scale, None, bias, True)
+    want = OPS.gcn_conv(GRAPH.tensors(), x, held.t(), scale, scale, None, bias)
+    assert torch.equal(out, want)
+    inputs = (x, held, bias, scale) if recorded else (x, held, bias)
+    grad = torch.randn_like(out)
+    for got, expected in zip(torch.autograd.grad(out, inputs, grad), torch.autograd.grad(want, inputs, grad)):
+        assert torch.equal(got, expected)
+    if not recorded:
+        assert out.grad_fn.name() == "seastar_layers::gcn_conv_backward"
+        assert out.grad_fn.next_functions[1][0].variable is held
+    assert torch.autograd.gradcheck(lambda *t: OPS.gcn_conv(GRAPH.tensors(), t[0], t[1], scale, scale, None, t[2], True),
+                                    (x, held, bias))
+    torch.library.opcheck(OPS.gcn_conv, (GRAPH.tensors(), x.detach().float().requires_grad_(),
+                                         held.detach().float().requires_grad_(), scale.detach().float(),
+                                         scale.detach().float(), None, None, True))
+    with pytest.raises(ValueError, match=r"'weight' held as \(in, out\).*must be a matrix"):
+        OPS.gcn_conv(GRAPH.tensors(), x, held[0], scale, scale, None, None, True)
 
 
 @pytest.mark.parametrize("grad_mode", [True, False])
