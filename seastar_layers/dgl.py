@@ -116,6 +116,9 @@ class GATConv(_DGLGATConv):
         drop = (lambda x: x) if passes_through(feat_drop) else feat_drop
         if isinstance(feat, tuple):
             src_prefix, dst_prefix = feat[0].shape[:-1], feat[1].shape[:-1]
+            if src_prefix[1:] != dst_prefix[1:]:
+                raise ValueError(f"dgl.GATConv: source and destination features must share their middle axes "
+                                 f"(N, *, D); got {tuple(feat[0].shape)} and {tuple(feat[1].shape)}")
             h_src, h_dst = drop(feat[0]), drop(feat[1])
             fc_src, fc_dst = (modules["fc"],) * 2 if "fc_src" not in modules else (modules["fc_src"], modules["fc_dst"])
             x_dst = h_dst
@@ -127,9 +130,6 @@ class GATConv(_DGLGATConv):
             if converted.is_block:
                 h_dst = h_dst[: g.num_dst]
                 dst_prefix = (g.num_dst,) + dst_prefix[1:]
-        if src_prefix[1:] != dst_prefix[1:]:
-            raise ValueError(f"dgl.GATConv: source and destination features must share their middle axes (N, *, D); "
-                             f"got {tuple(feat[0].shape)} and {tuple(feat[1].shape)}")
         weight_src, weight_dst = linear_weight(fc_src, torch.nn.Linear), linear_weight(fc_dst, torch.nn.Linear)
         if weight_src is None or weight_dst is None:  # the op takes the features projected
             weight_src = weight_dst = None
@@ -158,7 +158,8 @@ class GATConv(_DGLGATConv):
             g.op_tensors(), x_src, x_dst, weight_src, weight_dst, params["attn_l"], params["attn_r"], None, mask,
             residual, member(self, "bias") if self.has_explicit_bias else None,
             float(modules["leaky_relu"].negative_slope), dropout, True, bool(get_attention))
-        rst = result[0].view(*dst_prefix, H, F)
+        # (N, H, F), or (N, *, H, F) for DGL's (N, *, D) features (unpacking the prefix costs a view a microsecond)
+        rst = result[0].view(g.num_dst, H, F) if len(dst_prefix) == 1 else result[0].view(*dst_prefix, H, F)
         if self.activation:
             rst = self.activation(rst)
         if get_attention:
@@ -208,7 +209,10 @@ def _edge_weight_norm(g: Graph, edge_weight: torch.Tensor) -> torch.Tensor:
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
     """(N, *) features as (N, F): with one scalar per edge, every feature axis is one more channel,
-    so the prebuilt kernels serve every feature shape."""
+    so the prebuilt kernels serve every feature shape. Contiguous (N, F) features as they are (a
+    reshape is an op of its own: a microsecond on every call on a sampled block)."""
+    if x.dim() == 2 and x.is_contiguous():
+        return x
     return x.reshape(x.size(0), math.prod(x.shape[1:])).contiguous()
 
 
@@ -299,8 +303,9 @@ class APPNPConv(_DGLAPPNPConv):
         if edge_weight is None:
             src_norm, dst_norm = _degree_norms(g, "both", feat_0, feat_0)
             if not dropping:  # the K steps looped in C++ (csrc/layer_ops.cpp)
-                return torch.ops.seastar_layers.appnp_propagate.default(graph_tensors, feat_0, src_norm, dst_norm,
-                                                                float(self._alpha), self._k).view(feat.shape)
+                out = torch.ops.seastar_layers.appnp_propagate.default(graph_tensors, feat_0, src_norm, dst_norm,
+                                                                       float(self._alpha), self._k)
+                return out if feat.dim() == 2 else out.view(feat.shape)
             # (1 - alpha) * (sum * dst_norm) + alpha * h_0: dst_norm folded into the teleport split, once
             kept, teleported = (1 - self._alpha) * dst_norm, self._alpha * feat_0
         else:

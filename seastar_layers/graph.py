@@ -161,15 +161,15 @@ class Graph:
         if src.dtype != torch.int64 or dst.dtype != torch.int64:  # .to costs a microsecond even where it is a no-op
             src, dst = src.to(torch.int64), dst.to(torch.int64)
         dtype = index_dtype(num_src, num_dst, src.numel() + loops)
-        if src.device.type == "cpu" and not torch.compiler.is_compiling() and _extension() is not None:
+        if src.is_cpu and not torch.compiler.is_compiling() and _extension() is not None:
             # the extension's counting sort appends the loops by count (no copy of the edges), leaves
             # the edges that are loops out of the rows and checks every index as it goes; only a
             # refusal pays for the passes that name the bad index in the user's terms
             try:
-                arrays = list(torch.ops.seastar_layers.csr_layouts(src.contiguous(), dst.contiguous(), num_src,
-                                                                   num_dst, None if listed is None else
-                                                                   listed.contiguous(), loops, dtype, loops > 0,
-                                                                   by_neighbour(src.numel() + loops)))
+                arrays = list(torch.ops.seastar_layers.csr_layouts.default(
+                    src.contiguous(), dst.contiguous(), num_src, num_dst,
+                    None if listed is None else listed.contiguous(), loops, dtype, loops > 0,
+                    by_neighbour(src.numel() + loops)))
             except ValueError:
                 _check_edge_range(src, dst, num_src, num_dst)
                 raise
