@@ -11,8 +11,9 @@ Workloads, each for PyG's layers, DGL's, and our drop-ins for both:
   train     a full-batch training step (forward, loss, backward, Adam) of a 2-layer GAT
   sampled   a training step of a 2-layer GAT or GCN on a mini-batch of DGL's neighbour sampler
             (fanouts 10, 25; 1024 seeds; PyG's layers get the blocks as bipartite edge_index)
-  overhead  a layer on a 10-vertex graph, a new graph object each call: the per-call overhead (the PyG
-            flavours also with a DGL graph built before each call, as the DGL flavours' calls)
+  overhead  a layer on a 10-vertex graph, a new graph object each call, the graphs built ahead of the
+            calls: the per-call overhead; also every flavour's forward with a DGL graph built right
+            before each call (whose construction evicts the caches)
 Graphs: cora, pubmed (its real graph; features generated when the feature files are missing),
 reddit-eighth and reddit: GENERATED graphs with Reddit's mean degree and skew (examples/data.py),
 1/8 of its vertices (29,120 vertices, 14.3M edges) and all of them (232,965 vertices, 114.6M
