@@ -165,8 +165,8 @@ def targets(results: dict) -> list[dict]:
         measured = {ours: _get(results, "overhead", "", layer, ours) for ours in OURS}
         if not any(measured.values()):
             continue
-        entry = {"target": "per-call overhead under 50 us (forward on a new 10-vertex graph)", "graph": "", "layer": layer,
-                 "required": "50 us"}
+        entry = {"target": "per-call overhead under 50 us (forward on a new 10-vertex graph)", "graph": "",
+                 "layer": layer, "required": "50 us"}
         for ours, r in measured.items():
             if r is None or r["status"] != "ok":
                 entry[ours] = f"n/a ({'not measured' if r is None else r['status']})"

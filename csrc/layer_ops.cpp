@@ -742,7 +742,8 @@ class GcnConvBackward : public PlainLoopsBackward {
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
     const at::Tensor indptr = indptr_.unpack(), destinations = destinations_.unpack(), eids = eids_.unpack();
     const at::Tensor x = x_.unpack();
-    const at::Tensor weight = !with_weight_ ? at::Tensor() : weight_transposed_ ? weight_.unpack().t() : weight_.unpack();
+    const at::Tensor held = with_weight_ ? weight_.unpack() : at::Tensor();
+    const at::Tensor weight = weight_transposed_ && held.defined() ? held.t() : held;  // as (out, in)
     const at::Tensor src_scale = src_scale_.unpack(), dst_scale = dst_scale_.unpack();
     const at::Tensor edge_weight = edge_weight_.unpack();
     const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : input_metadata(0).zeros_like();

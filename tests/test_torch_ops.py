@@ -711,8 +711,8 @@ def test_gcn_conv_takes_a_weight_held_as_in_out(recorded):
     if not recorded:
         assert out.grad_fn.name() == "seastar_layers::gcn_conv_backward"
         assert out.grad_fn.next_functions[1][0].variable is held
-    assert torch.autograd.gradcheck(lambda *t: OPS.gcn_conv(GRAPH.tensors(), t[0], t[1], scale, scale, None, t[2], True),
-                                    (x, held, bias))
+    assert torch.autograd.gradcheck(
+        lambda *t: OPS.gcn_conv(GRAPH.tensors(), t[0], t[1], scale, scale, None, t[2], True), (x, held, bias))
     torch.library.opcheck(OPS.gcn_conv, (GRAPH.tensors(), x.detach().float().requires_grad_(),
                                          held.detach().float().requires_grad_(), scale.detach().float(),
                                          scale.detach().float(), None, None, True))
