@@ -850,11 +850,10 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
   TORCH_CHECK_VALUE(x.dim() >= 2, "seastar_layers::gcn_conv: 'x' must have one row of features per source vertex, "
                     "got shape ", x.sym_sizes());
   const bool transpose = weight_transposed && given_weight.has_value();
-  if (transpose)
-    TORCH_CHECK_VALUE(given_weight->dim() == 2, "seastar_layers::gcn_conv: a 'weight' held as (in, out) "
-                      "(weight_transposed=True) must be a matrix, got shape ", given_weight->sym_sizes());
   OptionalTensor unrecorded = given_weight;  // (out, in), for the plain loops, which record their own node
   if (transpose) {
+    TORCH_CHECK_VALUE(given_weight->dim() == 2, "seastar_layers::gcn_conv: a 'weight' held as (in, out) "
+                      "(weight_transposed=True) must be a matrix, got shape ", given_weight->sym_sizes());
     at::NoGradGuard unrecorded_view;
     unrecorded = given_weight->t();
   }
