@@ -8,7 +8,7 @@ they are built with.
 __version__ = "0.1.0"
 
 from .compiler import compile  # noqa: E402
-from .errors import CompileError  # noqa: E402
+from .errors import CompileError, UnstabilisedSoftmaxWarning  # noqa: E402
 from .graph import Graph  # noqa: E402
 from .nn import programs as _programs  # noqa: E402,F401 - loads the extension: torch.ops.seastar_layers.*
 
@@ -24,4 +24,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'seastar_layers' has no attribute {name!r}")
 
 
-__all__ = ["CompileError", "Graph", "compile", "__version__", *_PYG_LAYERS]
+__all__ = ["CompileError", "Graph", "UnstabilisedSoftmaxWarning", "compile", "__version__", *_PYG_LAYERS]

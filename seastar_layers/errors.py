@@ -34,3 +34,8 @@ class IRError(Exception):
 
 class BuildError(RuntimeError):
     """The system C++ compiler failed on generated source (a bug in seastar_layers, not in user code)."""
+
+
+class UnstabilisedSoftmaxWarning(UserWarning):
+    """A program sums exponentials over a neighbourhood in a form the compiler cannot shift by the row
+    max; its kernel computes exp as written and overflows on large arguments. The message shows the line."""

@@ -1,4 +1,6 @@
 """Each pass on small hand-built IR: what it must rewrite, what it must leave alone."""
+import warnings
+
 import pytest
 import torch
 
@@ -10,6 +12,7 @@ from seastar_layers.passes.hoist import hoist_params
 from seastar_layers.passes.precompute import move_to_forward, pull_row_factors
 from seastar_layers.passes.schedule import schedule
 from seastar_layers.passes.softmax import stabilise_softmax
+from seastar_layers.errors import UnstabilisedSoftmaxWarning
 
 OUT = BufferKey(Role.OUTPUT, "out0", Space.DST)
 
@@ -63,7 +66,8 @@ def test_an_unnormalised_exp_sum_is_left_alone():
     x = feature(b, "x", Space.SRC)
     out = b.aggregate(Op.AGG_SUM, b.emit(Op.EXP, (x,)), Space.DST)  # sum(exp(x)): not scale invariant
     prog = b.program([(OUT, out)])
-    assert stabilise_softmax(prog) == prog
+    with pytest.warns(UnstabilisedSoftmaxWarning, match="not normalised by their sum"):
+        assert stabilise_softmax(prog) == prog
 
 
 def test_a_nonlinearity_of_the_normalised_weights_is_left_alone():
@@ -74,7 +78,72 @@ def test_a_nonlinearity_of_the_normalised_weights_is_left_alone():
     out = b.aggregate(Op.AGG_SUM, b.emit(Op.EXP, (w,)), Space.DST)  # exp(exp(x)) is not invariant
     out = b.add(out, total)
     prog = b.program([(OUT, out)])
-    assert not any(n.op is Op.AGG_MAX for n in stabilise_softmax(prog).nodes)
+    with pytest.warns(UnstabilisedSoftmaxWarning, match="exp of the unnormalised exponentials"):
+        assert not any(n.op is Op.AGG_MAX for n in stabilise_softmax(prog).nodes)
+
+
+def softmax_weighting(b: Builder, weigh) -> Program:
+    """sum_e weigh(exp(s_e)) * h_u / sum_e exp(s_e): GAT's softmax, its weights passed through `weigh`."""
+    s = b.add(feature(b, "s", Space.SRC, (2, 1)), feature(b, "d", Space.DST, (2, 1)))
+    h = feature(b, "h", Space.SRC, (2, 3))
+    w = b.emit(Op.EXP, (s,))
+    total = b.aggregate(Op.AGG_SUM, w, Space.DST)
+    out = b.aggregate(Op.AGG_SUM, b.mul(b.mul(weigh(b, w), b.recip(total)), h), Space.DST)
+    return b.program([(OUT, out)])
+
+
+def dropped(b: Builder, w: int, zero_first: bool = False) -> int:
+    draw = b.emit(Op.UNIFORM, (b.input(BufferKey(Role.SEED, "seed", Space.PARAM), ()),), space="edge", shape=(2, 1),
+                  draw=1)
+    keep = b.emit(Op.LT, (draw, b.const(0.6)))
+    return b.where(keep, b.const(0.0), w) if zero_first else b.where(keep, w, b.const(0.0))
+
+
+SHIFT_INVARIANT_FORMS = {
+    "dropout": lambda b, w: dropped(b, w),
+    "dropout, zero branch first": lambda b, w: dropped(b, w, zero_first=True),
+    "relu": lambda b, w: b.unary(Op.RELU, w),
+    "abs": lambda b, w: b.unary(Op.ABS, w),
+    "maximum with 0": lambda b, w: b.emit(Op.MAXIMUM, (w, b.const(0.0))),
+    "a comparison of equal degrees": lambda b, w: b.mul(w, b.emit(Op.GT, (w, b.const(0.0)))),
+    "square over sqrt": lambda b, w: b.mul(b.mul(w, w), b.recip(b.unary(Op.SQRT, b.mul(w, w)))),
+}
+
+
+@pytest.mark.parametrize("form", SHIFT_INVARIANT_FORMS)
+def test_shift_invariant_forms_are_stabilised(form):
+    prog = softmax_weighting(Builder(), SHIFT_INVARIANT_FORMS[form])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnstabilisedSoftmaxWarning)
+        stable = stabilise_softmax(prog)
+    verify(stable, "stabilise_softmax")
+    assert [n.attr("stabilised") for n in stable.nodes if n.op is Op.EXP] == [True]
+
+
+@pytest.mark.parametrize("form,reason", [
+    ("where on a threshold", "gt of values scaled differently"),
+    ("nonzero other branch", "where of values scaled differently"),
+    ("exp of the weights", "exp of the unnormalised exponentials"),
+])
+def test_forms_that_depend_on_the_scale_warn(form, reason):
+    weigh = {"where on a threshold": lambda b, w: b.where(b.emit(Op.GT, (w, b.const(2.0))), w, b.const(0.0)),
+             "nonzero other branch": lambda b, w: b.where(b.emit(Op.GT, (w, w)), w, b.const(1.0)),
+             "exp of the weights": lambda b, w: b.emit(Op.EXP, (w,))}[form]
+    prog = softmax_weighting(Builder(), weigh)
+    with pytest.warns(UnstabilisedSoftmaxWarning, match=reason):
+        stable = stabilise_softmax(prog)
+    assert not any(n.attr("stabilised") for n in stable.nodes)
+
+
+def test_log_of_a_scaled_sum_gets_the_max_added_back():
+    b = Builder()
+    s = feature(b, "s", Space.SRC, (2, 1))
+    total = b.aggregate(Op.AGG_SUM, b.emit(Op.EXP, (s,)), Space.DST)
+    prog = stabilise_softmax(b.program([(OUT, b.unary(Op.LOG, total))]))
+    verify(prog, "stabilise_softmax")
+    (row_max,) = [i for i, n in enumerate(prog.nodes) if n.op is Op.AGG_MAX]
+    (result,) = [i for _, i in prog.outputs]
+    assert prog.nodes[result].op is Op.ADD and row_max in prog.nodes[result].args
 
 
 # --- hoisting ----------------------------------------------------------------------------------
