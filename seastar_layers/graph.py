@@ -143,8 +143,7 @@ class Graph:
             raise TypeError(f"'edge_index' must be a torch.Tensor of shape (2, E), got {type(edge_index).__name__}")
         if edge_index.dim() != 2 or edge_index.size(0) != 2:
             raise ValueError(f"'edge_index' must have shape (2, E), got {tuple(edge_index.shape)}")
-        if edge_index.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"'edge_index' must hold int32 or int64 indices, got {edge_index.dtype}")
+        check_index_dtype(edge_index, who="sl.Graph.from_edge_index: ")
         num_src, num_dst = _sizes(edge_index, size)
         return cls.from_edges(edge_index[0], edge_index[1], num_src, num_dst)
 
@@ -307,6 +306,16 @@ def _shared_dtype(arrays, num_src: int, num_dst: int) -> list[Tensor]:
     dtypes = {t.dtype for t in arrays}
     dtype = dtypes.pop() if len(dtypes) == 1 else index_dtype(num_src, num_dst, arrays[1].numel())
     return [t.to(dtype).contiguous() for t in arrays]
+
+
+def check_index_dtype(index: torch.Tensor, name: str = "edge_index", who: str = "") -> None:
+    """Refuses indices that are not int32 or int64 (as PyG and DGL do): a float index would be truncated."""
+    if index.dtype in (torch.int32, torch.int64):
+        return
+    why = ("; it requires grad, which only a floating-point tensor can: indices are not differentiable"
+           if index.requires_grad else "")
+    raise TypeError(f"{who}Expected '{name}' to be of integer type (int32 or int64), got {index.dtype}{why}. "
+                    f"Build it as integers (torch.long); casting float indices would truncate them")
 
 
 def _sizes(edge_index: torch.Tensor, size) -> tuple[int, int]:
@@ -509,6 +518,8 @@ def as_graph(graph, size=None, key: tuple = (), build=None) -> Graph:
         edge_index_class = type(graph) is not torch.Tensor and hasattr(graph, "as_tensor")
         plain = graph.as_tensor() if edge_index_class else graph
         strided = plain.layout == torch.strided
+        if strided:
+            check_index_dtype(plain)
         if not strided and build is None:
             raise TypeError("a torch sparse adjacency is accepted by the layers, not by compiled programs; "
                             "pass edge_index = adj_t.to_sparse_coo().indices().flip(0)")
@@ -553,8 +564,7 @@ def _index_arrays(named: dict) -> list[torch.Tensor]:
     for name, t in named.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"sl.Graph: '{name}' must be a 1-d torch.Tensor of int32 or int64, got {type(t).__name__}")
-        if t.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"sl.Graph: '{name}' must hold int32 or int64 indices, got {t.dtype}")
+        check_index_dtype(t, name, "sl.Graph: ")
         if t.dim() != 1:
             raise ValueError(f"sl.Graph: '{name}' must be 1-d, got shape {tuple(t.shape)}")
         if device is not None and t.device != device:

@@ -50,6 +50,16 @@ def unknown_function(v):
     return sum(F.gelu(nb.x) for nb in v.innbs)
 
 
+def unpacks_keywords(v):
+    kw = {"negative_slope": 0.2}
+    return sum(F.leaky_relu(nb.x, **kw) for nb in v.innbs)
+
+
+def unpacks_arguments(v):
+    pair = [v.x, v.y]
+    return torch.maximum(*pair)
+
+
 def helper_not_in_language(x):
     return [x for _ in range(3)]
 
@@ -105,6 +115,9 @@ CASES = [
     (python_max_of_tensors, "max(v.x", "use torch.maximum"),
     (nested_neighbourhoods, "sum(sum(", "nested loops over neighbourhoods"),
     (bad_param_shape, "nb.x * BIG", "BIG of shape [5, 3, 4] cannot broadcast"),
+    # refused at the call, not at the literal on the line before (which the language refuses too)
+    (unpacks_keywords, "**kw", "**kw in a call to F.leaky_relu is not supported"),
+    (unpacks_arguments, "*pair", "*pair in a call to torch.maximum is not supported"),
 ]
 
 

@@ -123,7 +123,8 @@ def malformed_layouts():
     yield "'in_src' must hold vertex indices in \\[0, 3\\)", [*arrays, 3, 6]
     yield "'num_dst' must be >= 0", [*arrays, 6, -1]
     yield "'num_src' must be an int", [*arrays, "6", 6]
-    yield "must hold int32 or int64", [*with_(1, arrays[1].float()), 6, 6]
+    yield "Expected 'in_src' to be of integer type \\(int32 or int64\\), got torch.float32", \
+        [*with_(1, arrays[1].float()), 6, 6]
     yield "must be 1-d", [*with_(1, arrays[1][None]), 6, 6]
     yield "'out_dst' must be a 1-d torch.Tensor", [*with_(4, arrays[4].tolist()), 6, 6]
 
@@ -349,6 +350,52 @@ def test_a_python_list_as_edge_index_says_what_is_accepted():
         with pytest.raises(ValueError, match="'edge_index' must be a torch.Tensor of shape \\(2, E\\)") as our_error:
             ours(x, [[0, 1], [1, 2]])
         assert "list" in str(our_error.value), (str(our_error.value), str(pyg_error.value))
+
+
+INDEX_DTYPES_REFUSED = [torch.float32, torch.float64, torch.float16, torch.bool, torch.complex64]
+
+
+def _edge_index_as(dtype, requires_grad=False):
+    edges = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])
+    return edges.to(dtype).requires_grad_(requires_grad)
+
+
+def _graph_entry_points():
+    """(name, call(edge_index)) for every entry point that takes a graph as an edge_index."""
+    x = torch.randn(3, 5)
+    for name, kwargs in LAYERS:
+        _, ours = pyg_pair(name, **kwargs)
+        yield name, lambda ei, layer=ours: layer(x, ei)
+    features = torch.randn(3, 2)
+    yield "sl.compile program", lambda ei: sl.compile(neighbour_sum)(ei, x=features)
+    yield "sl.Graph.from_edge_index", lambda ei: sl.Graph.from_edge_index(ei)
+
+
+@pytest.mark.parametrize("dtype", INDEX_DTYPES_REFUSED, ids=str)
+def test_an_edge_index_that_is_not_integer_is_refused_as_pyg(dtype):
+    """A float edge_index was truncated (1.7 read as vertex 1); PyG and DGL refuse it."""
+    for name, call in _graph_entry_points():
+        with pytest.raises(TypeError, match=f"Expected 'edge_index' to be of integer type \\(int32 or int64\\), "
+                                            f"got {dtype}") as error:
+            call(_edge_index_as(dtype))
+        assert "requires grad" not in str(error.value), name
+
+
+def test_an_edge_index_that_requires_grad_is_refused_saying_why():
+    for name, call in _graph_entry_points():
+        with pytest.raises(TypeError, match="got torch.float32; it requires grad.*indices are not differentiable"):
+            call(_edge_index_as(torch.float32, requires_grad=True))
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_edge_indices_are_accepted_by_every_entry_point(dtype):
+    for name, call in _graph_entry_points():
+        expected = call(_edge_index_as(torch.int64))
+        got = call(_edge_index_as(dtype))
+        if isinstance(got, sl.Graph):
+            assert [t.tolist() for t in got.tensors()] == [t.tolist() for t in expected.tensors()], name
+        else:
+            torch.testing.assert_close(got, expected, msg=name)
 
 
 # ---- NaN and Inf where PyG's would come out -----------------------------------------------------

@@ -228,12 +228,29 @@ class Lowering(ast.NodeVisitor):
         raise self.src.error(node, f"unsupported construct in a vertex program: {names.get(what, what)}")
 
     def run_body(self, body: list[ast.stmt]):
+        self.refuse_unpacking(body)
         try:
             for stmt in body:
                 self.visit(stmt)
         except _Return as r:
             return r.value
         return None
+
+    def refuse_unpacking(self, body: list[ast.stmt]) -> None:
+        """*args and **kwargs in a call are refused at the call, before the literal that built them
+        (which would be refused first, on an earlier line, as a dict or a list)."""
+        for stmt in body:
+            for node in ast.walk(stmt):
+                if not isinstance(node, ast.Call):
+                    continue
+                unpacked = [a for a in node.args if isinstance(a, ast.Starred)] + \
+                           [k for k in node.keywords if k.arg is None]
+                if unpacked:
+                    spelled = ast.unparse(unpacked[0]) if isinstance(unpacked[0], ast.Starred) \
+                        else "**" + ast.unparse(unpacked[0].value)
+                    raise self.src.error(unpacked[0], f"{spelled} in a call to {ast.unparse(node.func)} is not "
+                                                      "supported in a vertex program (*args and **kwargs): pass "
+                                                      "each argument by position or by name")
 
     # statements --------------------------------------------------------------------------------
     def visit_Expr(self, node):
@@ -527,8 +544,6 @@ class Lowering(ast.NodeVisitor):
     # calls -------------------------------------------------------------------------------------
     def visit_Call(self, node):
         func = self.visit(node.func)
-        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
-            raise IRError("*args and **kwargs in calls are not supported in a vertex program")
         args = [self.visit(a) for a in node.args]
         kwargs = {k.arg: self.visit(k.value) for k in node.keywords}
         name = ast.unparse(node.func)
