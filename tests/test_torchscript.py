@@ -1,6 +1,6 @@
 """torch.jit.script of the PyG layers (PyG's own tests script its layers): the scripted layer runs the
-fused op and equals the eager one; an option only PyG's or Python's code can honour is refused by
-name when scripting starts."""
+fused op and equals the eager one and PyG's scripted layer; an option only PyG's own message passing
+can honour is refused by name when scripting starts."""
 import subprocess
 import sys
 import textwrap
@@ -74,7 +74,6 @@ def test_scripted_training_mode_runs_dropout():
 
 @pytest.mark.parametrize("make,option", [
     (lambda: sl.GCNConv(F_IN, 4, aggr="max"), "aggr='max'"),
-    (lambda: sl.GCNConv(F_IN, 4, cached=True), "cached=True"),
     (lambda: sl.APPNP(K=2, alpha=0.1, aggr="mean"), "aggr='mean'"),
 ])
 def test_options_that_cannot_be_scripted_are_named(make, option):
@@ -122,3 +121,54 @@ def test_saved_script_runs_in_a_fresh_process(tmp_path):
     """)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and "scripted ok" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name,args", [("APPNP", (10, 0.1)), ("GCNConv", (F_IN, 6))])
+def test_cached_layers_script_and_keep_their_graph_as_pygs(name, args):
+    """PyG's test_appnp (FULL_TEST) scripts APPNP(K=10, alpha=0.1, cached=True): the scripted module
+    keeps the normalised graph of its first call, as PyG's scripted layer does, and ignores the
+    graph and weights of later calls."""
+    import torch_geometric.nn as pyg_nn
+
+    torch.manual_seed(0)
+    ours = getattr(sl, name)(*args, cached=True).eval()
+    theirs = getattr(pyg_nn, name)(*args, cached=True).eval()
+    theirs.load_state_dict(ours.state_dict())
+    ours_script, theirs_script = scripted(ours), scripted(theirs)
+    x, _, w = data()
+    other = random_graph(N, N, 60, seed=9)
+    for edge_index, weight in [(EI, None), (other, None), (other, w[:60])]:
+        expected = theirs_script(x, edge_index, weight)
+        got = ours_script(x, edge_index, weight)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours_script(x, other), ours_script(x, EI))  # the first graph, kept
+    assert "seastar_layers::" in str(ours_script.inlined_graph)
+    # the eager layer keeps its own cache, untouched by scripting
+    torch.testing.assert_close(ours(x, EI), theirs(x, EI), atol=1e-5, rtol=1e-5)
+
+
+def test_a_layer_with_message_passing_hooks_scripts_as_pygs():
+    """PyG's test_gcn_conv_with_decomposed_layers scripts a GCNConv with a message-forward pre-hook:
+    its scripted module runs no Python hook (TorchScript cannot); ours scripts the same way, and
+    the eager layer still honours the hook."""
+    import torch_geometric.nn as pyg_nn
+
+    torch.manual_seed(0)
+    ours = sl.GCNConv(F_IN, 6).eval()
+    theirs = pyg_nn.GCNConv(F_IN, 6).eval()
+    theirs.load_state_dict(ours.state_dict())
+    calls = []
+
+    def hook(module, inputs):
+        calls.append(module)
+
+    for layer in (ours, theirs):
+        layer.register_message_forward_pre_hook(hook)
+    x = data()[0]
+    ours_script, theirs_script = scripted(ours), scripted(theirs)
+    torch.testing.assert_close(ours_script(x, EI), theirs_script(x, EI), atol=1e-5, rtol=1e-5)
+    assert calls == []  # neither scripted module ran the hook
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the eager layer says it runs PyG's message passing for the hook
+        torch.testing.assert_close(ours(x, EI), theirs(x, EI), atol=1e-5, rtol=1e-5)
+    assert calls == [ours, theirs]

@@ -6,6 +6,7 @@ and everything that touches edges runs as one fused vertex program.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import warnings
 from typing import List, NamedTuple, Optional, Tuple, Union
@@ -22,7 +23,7 @@ from torch_geometric.typing import torch_sparse
 from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops, scatter
 from torch_geometric.utils.sparse import set_sparse_value
 
-from ..graph import Graph, as_graph, graph_tensors
+from ..graph import Graph, as_graph, check_index_dtype, graph_tensors
 from ..runtime import library
 from . import edges, programs
 from .modules import leading_rows, linear_weight
@@ -44,14 +45,14 @@ _MESSAGE_PASSING_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_ho
                           "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
 
 
-def _unfused_reason(layer: MessagePassing) -> str | None:
+def _unfused_reason(layer: MessagePassing, hooks: bool = True) -> str | None:
     """What, if anything, only PyG's own message passing can honour: an aggregation other than a
-    sum, registered hooks that see each message, a replaced explain_message() that may do anything
-    to one."""
+    sum, registered hooks that see each message (unless `hooks` is False), a replaced
+    explain_message() that may do anything to one."""
     state = layer.__dict__  # read directly: this runs on every call, and Module.__getattr__ costs a microsecond
     if type(state["_modules"]["aggr_module"]) is not SumAggregation:
         return f"aggr={layer.aggr!r}"
-    for name in _MESSAGE_PASSING_HOOKS:
+    for name in _MESSAGE_PASSING_HOOKS if hooks else ():
         if state[name]:
             return "a registered message passing hook"
     if state["_explain"] and getattr(layer.explain_message, "__func__", None) is not MessagePassing.explain_message:
@@ -110,6 +111,7 @@ def _check_edge_index(edge_index: Tensor) -> None:
                          "torch.tensor(edge_index)")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"'edge_index' must have shape (2, E), got {tuple(edge_index.shape)}")
+    check_index_dtype(edge_index)
 
 
 def _is_sparse(adj) -> bool:
@@ -176,17 +178,44 @@ def _check_static(x: Tensor) -> None:
                          "not support static graphs (a batch axis before the vertex axis)")
 
 
-def _not_scriptable(layer: MessagePassing, name: str) -> None:
-    """torch.jit.script(layer) scripts the fused path (each forward's scripted branch); what only
-    PyG's own message passing or Python can do is refused when scripting starts, by name."""
-    reason = _unfused_reason(layer)
+def _scriptable(layer: MessagePassing, name: str) -> MessagePassing:
+    """What torch.jit.script(layer) scripts: the fused path (each forward's scripted branch). A
+    scripted module runs no Python hook, as PyG's scripted layers run none (eager calls still
+    honour them); what only PyG's own message passing can do is refused when scripting starts, by
+    name. A cached layer scripts a copy whose cache starts empty and holds the scripted path's
+    graph (`_scripted_cache`), as the eager cache holds objects TorchScript cannot type."""
+    reason = _unfused_reason(layer, hooks=False)
     if reason is None and layer.explain:
         reason = "explain mode"
-    if reason is None and getattr(layer, "cached", False):
-        reason = "cached=True"
     if reason is not None:
-        raise RuntimeError(f"seastar_layers.{name}: {reason} cannot be scripted (it runs PyG's own message passing or "
-                           f"a Python-side cache); script torch_geometric.nn.{name} for it, or drop the option")
+        raise RuntimeError(f"seastar_layers.{name}: {reason} cannot be scripted (it runs PyG's own message "
+                           f"passing); script torch_geometric.nn.{name} for it, or drop the option")
+    if not hasattr(layer, "cached"):
+        return layer
+    script = copy.copy(layer)  # shares the parameters, submodules and buffers
+    script._scripted_cache = None
+    script._cached_edge_index = None
+    script._cached_adj_t = None
+    return script
+
+
+# A scripted GCNConv's or APPNP's graph with cached=True: its tensors, edge weights and listed slots
+ScriptedCache = Optional[Tuple[List[Tensor], Optional[Tensor], Optional[Tensor]]]
+
+
+class _ScriptedCaching:
+    def _scripted_graph(self, name: str, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor],
+                        improved: bool) -> Tuple[List[Tensor], Optional[Tensor], Optional[Tensor]]:
+        """_scripted_propagation, kept from the first call with cached=True, as PyG's scripted layers keep
+        their normalised graph."""
+        cache = self._scripted_cache
+        if cache is not None:
+            return cache
+        result = _scripted_propagation(name, self.node_dim, x, edge_index, edge_weight, self.normalize,
+                                       self.add_self_loops, improved, self.flow)
+        if self.cached and self.normalize:
+            self._scripted_cache = result
+        return result
 
 
 class _GatInputs(NamedTuple):
@@ -390,8 +419,7 @@ class GATConv(_StockTemplates, pyg_nn.GATConv):
         return results[0], results[1]
 
     def __prepare_scriptable__(self):
-        _not_scriptable(self, "GATConv")
-        return self
+        return _scriptable(self, "GATConv")
 
 
 def _loop_attr(edge_attr: Tensor, plain: Tensor, loops: int,
@@ -551,15 +579,14 @@ def _edge_weights(layer, graph: Graph, weight: Tensor | None, message_dims: int,
     return explained if weight is None else weight * explained
 
 
-class GCNConv(_StockTemplates, pyg_nn.GCNConv):
+class GCNConv(_ScriptedCaching, _StockTemplates, pyg_nn.GCNConv):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GCNConv`: normalisation as PyG's gcn_norm, then one "
                "weighted-sum sweep.\n\n" + (pyg_nn.GCNConv.__doc__ or ""))
     _stock_example = (1, 1)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:
         if torch.jit.is_scripting():
-            graph, weight, _ = _scripted_propagation("GCNConv", self.node_dim, x, edge_index, edge_weight,
-                                                     self.normalize, self.add_self_loops, self.improved, self.flow)
+            graph, weight, _ = self._scripted_graph("GCNConv", x, edge_index, edge_weight, self.improved)
             return self._weighted_sum(graph, x, weight, None, None, self.bias)
         else:
             return self._eager(x, edge_index, edge_weight)
@@ -597,19 +624,17 @@ class GCNConv(_StockTemplates, pyg_nn.GCNConv):
         return out
 
     def __prepare_scriptable__(self):
-        _not_scriptable(self, "GCNConv")
-        return self
+        return _scriptable(self, "GCNConv")
 
 
-class APPNP(_StockTemplates, pyg_nn.APPNP):
+class APPNP(_ScriptedCaching, _StockTemplates, pyg_nn.APPNP):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.APPNP`: each of the K steps is one sweep that also "
                "mixes in the teleport term.\n\n" + (pyg_nn.APPNP.__doc__ or ""))
     _stock_example = (1, 0.0)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Optional[Tensor] = None) -> Tensor:
         if torch.jit.is_scripting():
-            graph, weight, listed = _scripted_propagation("APPNP", self.node_dim, x, edge_index, edge_weight,
-                                                          self.normalize, self.add_self_loops, False, self.flow)
+            graph, weight, listed = self._scripted_graph("APPNP", x, edge_index, edge_weight, False)
             return self._steps(graph, x, weight, None, listed)
         else:
             return self._eager(x, edge_index, edge_weight)
@@ -658,5 +683,11 @@ class APPNP(_StockTemplates, pyg_nn.APPNP):
         return _from_rows(out, features, axis)
 
     def __prepare_scriptable__(self):
-        _not_scriptable(self, "APPNP")
-        return self
+        return _scriptable(self, "APPNP")
+
+
+# TorchScript types the scripted cache from a class annotation, which must be a type, not the string
+# that this module's postponed annotations would make of it
+for _layer in (GCNConv, APPNP):
+    _layer.__annotations__ = {**vars(_layer).get("__annotations__", {}), "_scripted_cache": ScriptedCache}
+del _layer
