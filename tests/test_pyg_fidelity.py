@@ -359,6 +359,11 @@ def test_gcn_takes_sparse_node_features():
     _, ei = data()
     x = torch.sparse_coo_tensor(torch.tensor([[0, 0], [0, 1]]), torch.tensor([1., 1.]), (N, F_IN))
     torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
+    # PyG's test_gcn_conv_with_sparse_input_feature: a small graph, whose plain path projects itself
+    ref, ours = pair("GCNConv", in_channels=16, out_channels=32)
+    x = torch.sparse_coo_tensor(torch.tensor([[0, 0], [0, 1]]), torch.tensor([1., 1.]), (4, 16))
+    ei = torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]])
+    torch.testing.assert_close(ours(x, ei), ref(x, ei), atol=1e-5, rtol=1e-5)
 
 
 def test_gat_pair_without_destination_features():

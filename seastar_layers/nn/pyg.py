@@ -606,7 +606,8 @@ class GCNConv(_ScriptedCaching, _StockTemplates, pyg_nn.GCNConv):
                                                    self.explain)
         weight = _edge_weights(self, graph, weight, x.dim(), inputs)
         # read directly: Module.__getattr__ costs a microsecond a name, on every call
-        lin_weight = linear_weight(self._modules["lin"], Linear) if x.dim() == 2 and self.node_dim % 2 == 0 else None
+        lin_weight = linear_weight(self._modules["lin"], Linear) \
+            if x.dim() == 2 and self.node_dim % 2 == 0 and x.layout == torch.strided else None
         return self._weighted_sum(graph.op_tensors(), x, weight, dinv, lin_weight, self._parameters["bias"])
 
     def _weighted_sum(self, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], dinv: Optional[Tensor],
