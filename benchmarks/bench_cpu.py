@@ -2,7 +2,7 @@
 each measurement in a process of its own, with the issue's targets.
 
     python benchmarks/bench_cpu.py --quick            # Cora and PubMed's graph: a few minutes
-    python benchmarks/bench_cpu.py                    # everything (hours: see README, Benchmarks)
+    python benchmarks/bench_cpu.py                    # everything (hours: see docs/benchmarks.md)
     python benchmarks/bench_cpu.py --graphs reddit-eighth --layers GAT GCN --workloads layer
 
 Workloads, each for PyG's layers, DGL's, and our drop-ins for both:

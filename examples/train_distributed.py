@@ -10,7 +10,7 @@ identical; the script checks that at the end. The process group is gloo on CPU a
 `--layers` picks seastar's layers or the library's stock ones, and nothing else changes.
 
 Several machines: the same command on each, with `--nnodes N --rdzv-backend c10d --rdzv-endpoint
-HOST:PORT --rdzv-id RUN` (see README.md).
+HOST:PORT --rdzv-id RUN` (see docs/integration.md).
 """
 from __future__ import annotations
 
