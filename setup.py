@@ -36,6 +36,12 @@ def write_if_changed(path: Path, text: str) -> None:
         path.write_text(text)
 
 
+try:
+    import torch  # noqa: F401 - the extension is built against the installed torch
+except ImportError:
+    sys.exit("error: seastar_layers builds against the installed torch, and none is importable here; install "
+             "torch first (pip install torch, or pip install -r requirements.txt for the tested set), then "
+             "pip install --no-build-isolation .")
 sys.path.insert(0, str(ROOT))  # the package's own compiler generates the extension's sources
 os.environ["SEASTAR_NO_EXTENSION"] = "1"  # without loading the extension this build may overwrite
 
@@ -102,6 +108,15 @@ class BuildLayers(build_ext):
     system compiler, CUDA kernels with nvcc, then one link."""
 
     def run(self):
+        import torch
+
+        from seastar_layers.errors import BuildError
+        from seastar_layers.runtime import toolchain
+
+        try:
+            toolchain.check_build_environment(torch.__version__)
+        except BuildError as e:
+            sys.exit(f"error: {e}")
         with_cuda = cuda_build()
         for ext in self.extensions:
             if ext.name == "seastar_layers._C":

@@ -2,6 +2,7 @@
 the shared libstdc++, and, where a CUDA build of torch and the extension's CUDA kernels exist, their
 registration."""
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,36 @@ def test_the_extension_uses_the_shared_libstdcxx():
     arrays[1] = torch.tensor([0, 7], dtype=arrays[1].dtype)
     with pytest.raises(ValueError, match=r"graph\[1\] \(in_src\) holds 7 at position 1, outside \[0, 3\)"):
         torch.ops.seastar_layers.weighted_sum(arrays, torch.randn(3, 2))
+
+
+# --- what the build needs, each missing piece one line naming the fix ----------------------------
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("version", ["2.4.1", "2.7.0+cu126", "1.13.1"])
+def test_a_torch_older_than_the_build_supports_says_to_upgrade(monkeypatch, version):
+    monkeypatch.delenv("CXX", raising=False)
+    with pytest.raises(BuildError, match=r"torch 2\.8 or newer, but torch .* is installed; upgrade it"):
+        toolchain.check_build_environment(version)
+
+
+def test_a_supported_torch_and_a_compiler_pass(monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    toolchain.check_build_environment(torch.__version__)
+    toolchain.check_build_environment("2.8.0")
+
+
+def test_a_missing_compiler_says_how_to_get_one(monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/g++ -pthread")
+    with pytest.raises(BuildError, match=r"no C\+\+ compiler: '/nonexistent/g\+\+' \(from \$CXX\) is not on PATH; "
+                                         r"install one .*or set CXX"):
+        toolchain.check_build_environment(torch.__version__)
+
+
+def test_setup_without_torch_says_to_install_it_first():
+    script = ("import sys; sys.modules['torch'] = None; sys.argv = ['setup.py', '--name']; "
+              "exec(compile(open('setup.py').read(), 'setup.py', 'exec'), {'__file__': 'setup.py', '__name__': "
+              "'__main__'})")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "install torch first" in result.stderr and "--no-build-isolation" in result.stderr, result.stderr

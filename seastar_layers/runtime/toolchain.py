@@ -8,7 +8,9 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,6 +187,29 @@ def toolkit_version() -> str | None:
         return None
     found = re.search(r"release (\d+\.\d+)", text)
     return found.group(1) if found else None
+
+
+MIN_TORCH = (2, 8)  # setup.py's install_requires says the same
+
+
+def build_compiler() -> str:
+    """The C++ compiler setuptools will run for the extension: $CXX, else Python's configured one."""
+    words = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+    return words[0] if words else "c++"
+
+
+def check_build_environment(torch_version: str) -> None:
+    """setup.py's first step: what the build needs, each missing piece one line naming the fix."""
+    found = tuple(int(part) for part in re.findall(r"\d+", torch_version)[:2])
+    if found < MIN_TORCH:
+        raise BuildError(f"seastar_layers builds against torch {MIN_TORCH[0]}.{MIN_TORCH[1]} or newer, but torch "
+                         f"{torch_version} is installed; upgrade it (pip install 'torch>={MIN_TORCH[0]}."
+                         f"{MIN_TORCH[1]}'), then pip install --no-build-isolation .")
+    compiler = build_compiler()
+    if shutil.which(compiler) is None:
+        source = "$CXX" if os.environ.get("CXX") else "Python's build configuration"
+        raise BuildError(f"no C++ compiler: {compiler!r} (from {source}) is not on PATH; install one (e.g. "
+                         "apt-get install g++) or set CXX to a C++ compiler with OpenMP, then build again")
 
 
 def build_cuda_kernels(torch_version: str, torch_cuda: str | None, toolkit: str | None) -> bool:
