@@ -18,6 +18,7 @@ from helpers import random_graph, stock_dropout_replays
 import seastar_layers as sl
 from seastar_layers.ir import Op, Space
 from seastar_layers.nn.programs import FAMILIES
+from seastar_layers.passes.softmax import reaches_a_sum
 from seastar_layers.runtime.executor import COMPUTE_DTYPE
 
 pytestmark = pytest.mark.filterwarnings("error::seastar_layers.UnstabilisedSoftmaxWarning")
@@ -33,16 +34,6 @@ def integers(shape, gen, low=-1, high=1) -> torch.Tensor:
 
 
 # --- every generated kernel is stabilised --------------------------------------------------------
-def _reaches_a_sum(prog, seed: int) -> bool:
-    reached = {seed}
-    for i, n in enumerate(prog.nodes):
-        if i > seed and any(a in reached for a in n.args):
-            if n.op is Op.AGG_SUM:
-                return True
-            reached.add(i)
-    return False
-
-
 def test_every_prebuilt_variant_subtracts_the_row_max():
     """The guard that would have caught issue 38: in every variant the layers are built with, every
     exponential summed over a neighbourhood, forward and backward, is the stabilised one, and
@@ -56,7 +47,7 @@ def test_every_prebuilt_variant_subtracts_the_row_max():
             for schedule in (generated.forward, generated.backward):
                 prog = schedule.program
                 for i, n in enumerate(prog.nodes):
-                    if n.op is Op.EXP and n.space in (Space.EDGE, Space.SRC) and _reaches_a_sum(prog, i):
+                    if n.op is Op.EXP and n.space in (Space.EDGE, Space.SRC) and reaches_a_sum(prog, i):
                         assert n.attr("stabilised"), f"{family.name} {options} {dtype}: exp %{i} not stabilised"
                         checked += 1
     assert checked >= 256  # each GAT variant has its softmax, forward and backward

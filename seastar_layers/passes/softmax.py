@@ -91,7 +91,8 @@ def _degrees(prog: Program, seed: int) -> dict[int, Fraction]:
     return deg
 
 
-def _reaches_a_sum(prog: Program, seed: int) -> bool:
+def reaches_a_sum(prog: Program, seed: int) -> bool:
+    """Whether node `seed` flows into a neighbourhood sum: the exponentials this pass considers."""
     reached = {seed}
     for i, n in enumerate(prog.nodes):
         if i > seed and any(a in reached for a in n.args):
@@ -106,7 +107,7 @@ def stabilise_softmax(prog: Program) -> Program:
     while i < len(prog.nodes):
         n = prog.nodes[i]
         if n.op is Op.EXP and n.space in (Space.EDGE, Space.SRC) and not n.attr("stabilised") \
-                and _reaches_a_sum(prog, i):
+                and reaches_a_sum(prog, i):
             try:
                 deg = _degrees(prog, i)
             except _Unstable as why:
