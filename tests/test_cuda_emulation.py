@@ -519,3 +519,44 @@ def test_test_kernels_compile_with_nvcc(tmp_path, name, arch):
     print(f"\nptxas {arch} tests/cuda/{name}.cu:")
     for kernel, registers, spill_stores, spill_loads in report:
         print(f"  {kernel}: {registers} registers, {spill_stores} B spill stores, {spill_loads} B spill loads")
+
+
+@pytest.mark.parametrize("optin_kb", [99, 163, 227])
+def test_the_emulated_devices_opt_in_limit_is_chosen(primitives, monkeypatch, optin_kb):
+    """SEASTAR_EMU_SHARED_OPTIN_KB emulates another device's limit (sm_86's 99 KiB, sm_80's 163):
+    cudaFuncSetAttribute accepts up to it and refuses past it, naming the limit."""
+    monkeypatch.setenv("SEASTAR_EMU_SHARED_OPTIN_KB", str(optin_kb))
+    assert primitives.lib.set_dynamic_shared_limit(optin_kb * 1024) == 0
+    code = primitives.lib.set_dynamic_shared_limit(optin_kb * 1024 + 1)
+    assert code == INVALID_VALUE and f"{optin_kb} KiB" in primitives.lib.error_string(code).decode()
+
+
+@pytest.mark.parametrize("value", ["47", "228", "lots"])
+def test_a_bad_opt_in_limit_is_refused(primitives, monkeypatch, value):
+    monkeypatch.setenv("SEASTAR_EMU_SHARED_OPTIN_KB", value)
+    code = primitives.lib.set_dynamic_shared_limit(64 * 1024)
+    message = primitives.lib.error_string(code).decode()
+    assert code == INVALID_VALUE and f"SEASTAR_EMU_SHARED_OPTIN_KB={value}" in message
+
+
+def test_emulated_launches_give_their_stacks_back(monkeypatch):
+    """Each emulated library keeps its own state; a launch that kept its 256 fibers' stacks (two
+    mappings each) made a suite that loads a few hundred libraries run out of mappings
+    (vm.max_map_count), failing later dlopens with "failed to map segment"."""
+    monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
+
+    def mappings() -> int:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+
+    def scaled_sum(scale):
+        def program(v):
+            return sum(nb.x * scale for nb in v.innbs)
+        return program
+
+    seastar_layers.compile(scaled_sum(1.0))(edge_index, x=torch.randn(4, 3))  # the first library and the emulator's setup
+    before = mappings()
+    for k in range(2, 6):  # new libraries: the scale is a constant of each program's source
+        seastar_layers.compile(scaled_sum(float(k)))(edge_index, x=torch.randn(4, 3))
+    assert (mappings() - before) / 4 < 64, f"{mappings() - before} mappings for 4 libraries"

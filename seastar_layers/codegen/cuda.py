@@ -19,7 +19,6 @@ THREADS = 256  # threads per block
 SLOTS = 4  # register accumulators per lane in a blocked loop
 REPLICATE_LIMIT = 4  # elements of a value every lane computes whole
 SHARED_DEFAULT = 48 * 1024  # bytes of dynamic shared memory a block gets without opting in
-SHARED_LIMIT = 227 * 1024  # the most a block can opt into on sm_90
 GLOBAL_SCRATCH_BUDGET = 1 << 30  # bytes of global scratch for rows too wide for shared memory
 
 STORAGE = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16"}
@@ -146,16 +145,21 @@ class CudaDialect(Dialect):
                 f"  const int64_t rows = {n_rows};",
                 "  int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);",
                 "  p.scratch = nullptr;",
-                f"  if (shared > {SHARED_LIMIT}) {{",
-                "    // rows too wide for shared memory: scratch in global memory, for as many groups as",
-                f"    // {GLOBAL_SCRATCH_BUDGET >> 20} MiB hold (the groups take rows grid-stride)",
+                "  // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on",
+                "  // sm_86/89), or where the opt-in is refused, scratch goes to global memory",
+                "  bool global_scratch = shared > seastar_shared_optin();",
+                f"  if (!global_scratch && shared > {SHARED_DEFAULT} && cudaFuncSetAttribute(",
+                f"      {name}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {{",
+                "    (void)cudaGetLastError();",
+                "    global_scratch = true;",
+                "  }",
+                "  if (global_scratch) {",
+                f"    // for as many groups as {GLOBAL_SCRATCH_BUDGET >> 20} MiB hold (they take rows grid-stride)",
                 f"    blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, {GLOBAL_SCRATCH_BUDGET} / shared));",
                 "    if (rows > 0 &&",
                 "        cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)",
-                "      return seastar_fail(-1, \"out of GPU memory for the kernels' per-row scratch\");",
+                f"      return seastar_fail(-1, \"cudaMallocAsync of {name}'s per-row scratch: out of GPU memory\");",
                 "    shared = 0;",
-                f"  }} else if (shared > {SHARED_DEFAULT}) {{",
-                f"    cudaFuncSetAttribute({name}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);",
                 "  }",
                 "  if (rows > 0) {",
                 f"    SEASTAR_LAUNCH({name}, (unsigned)blocks, {THREADS}, (size_t)shared, st)(p);",

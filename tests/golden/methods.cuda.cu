@@ -238,16 +238,21 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    if (shared > 232448) {
-      // rows too wide for shared memory: scratch in global memory, for as many groups as
-      // 1024 MiB hold (the groups take rows grid-stride)
+    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
+    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
+    bool global_scratch = shared > seastar_shared_optin();
+    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
+        __SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
+      (void)cudaGetLastError();
+      global_scratch = true;
+    }
+    if (global_scratch) {
+      // for as many groups as 1024 MiB hold (they take rows grid-stride)
       blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
       if (rows > 0 &&
           cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__forward_kernel0's per-row scratch: out of GPU memory");
       shared = 0;
-    } else if (shared > 49152) {
-      cudaFuncSetAttribute(__SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
@@ -736,16 +741,21 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    if (shared > 232448) {
-      // rows too wide for shared memory: scratch in global memory, for as many groups as
-      // 1024 MiB hold (the groups take rows grid-stride)
+    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
+    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
+    bool global_scratch = shared > seastar_shared_optin();
+    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
+        __SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
+      (void)cudaGetLastError();
+      global_scratch = true;
+    }
+    if (global_scratch) {
+      // for as many groups as 1024 MiB hold (they take rows grid-stride)
       blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
       if (rows > 0 &&
           cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel0's per-row scratch: out of GPU memory");
       shared = 0;
-    } else if (shared > 49152) {
-      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
@@ -766,16 +776,21 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    if (shared > 232448) {
-      // rows too wide for shared memory: scratch in global memory, for as many groups as
-      // 1024 MiB hold (the groups take rows grid-stride)
+    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
+    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
+    bool global_scratch = shared > seastar_shared_optin();
+    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
+        __SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
+      (void)cudaGetLastError();
+      global_scratch = true;
+    }
+    if (global_scratch) {
+      // for as many groups as 1024 MiB hold (they take rows grid-stride)
       blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
       if (rows > 0 &&
           cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "out of GPU memory for the kernels' per-row scratch");
+        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel1's per-row scratch: out of GPU memory");
       shared = 0;
-    } else if (shared > 49152) {
-      cudaFuncSetAttribute(__SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);

@@ -22,8 +22,43 @@
   extern __shared__ __align__(16) unsigned char seastar_dynamic_shared_[]; \
   T* const name = reinterpret_cast<T*>(seastar_dynamic_shared_)
 
+#include <atomic>
+
+// The most dynamic shared memory a block may opt into on the current device (227 KiB on sm_90, 163
+// on sm_80, 99 on sm_86/sm_89), read from the device once per device; 48 KiB, which every device
+// allows, where the runtime cannot say.
+inline int seastar_shared_optin() {
+  constexpr int kDevices = 64, kAlways = 48 * 1024;
+  static std::atomic<int> known[kDevices];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
+    (void)cudaGetLastError();
+    return kAlways;
+  }
+  int bytes = known[device].load(std::memory_order_relaxed);
+  if (bytes == 0) {
+    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess || bytes <= 0) {
+      (void)cudaGetLastError();
+      return kAlways;
+    }
+    known[device].store(bytes, std::memory_order_relaxed);
+  }
+  return bytes;
+}
+
 #else
 
 #include "seastar_cuda_emu.h"
+
+// The emulated device's opt-in limit (SEASTAR_EMU_SHARED_OPTIN_KB), read on every launch so that a
+// test can switch devices.
+inline int seastar_shared_optin() {
+  int bytes = 0;
+  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 48 * 1024;
+  }
+  return bytes;
+}
 
 #endif

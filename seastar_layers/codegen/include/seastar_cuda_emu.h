@@ -90,6 +90,7 @@ enum cudaError {
 typedef enum cudaError cudaError_t;
 
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
@@ -102,7 +103,7 @@ constexpr unsigned kMaxThreadsPerBlock = 1024;
 constexpr unsigned kMaxBlockDim[3] = {1024, 1024, 64};
 constexpr unsigned kMaxGridDim[3] = {2147483647u, 65535, 65535};
 constexpr std::size_t kDefaultDynamicShared = 48 * 1024;
-constexpr std::size_t kMaxDynamicShared = 227 * 1024;
+constexpr std::size_t kMaxDynamicShared = 227 * 1024;  // sm_90's opt-in limit, the emulated device's default
 constexpr unsigned kFullMask = 0xffffffffu;
 
 struct Site {
@@ -631,11 +632,18 @@ inline void restore_fault_handlers() {
 // ---- memory for a launch -------------------------------------------------------------------------
 // Stacks with an inaccessible guard region below each: an overflow faults (and is reported)
 // instead of overwriting the next fiber's stack.
+// The stacks go back after each launch: every emulated library keeps its own state, and a process
+// that loads hundreds of them (a test suite) would otherwise hold two mappings per thread for each,
+// past the kernel's limit on mappings (vm.max_map_count, 65530 by default).
+inline void release_stacks() {
+  for (unsigned char* stack : emu.stacks) munmap(stack - emu.guard_bytes, emu.guard_bytes + emu.stack_bytes);
+  emu.stacks.clear();
+}
+
 inline bool prepare_stacks(std::size_t stack_bytes, unsigned count) {
   std::size_t guard = 256 * 1024;
   if (emu.stack_bytes != stack_bytes) {
-    for (unsigned char* stack : emu.stacks) munmap(stack - emu.guard_bytes, emu.guard_bytes + emu.stack_bytes);
-    emu.stacks.clear();
+    release_stacks();
     emu.stack_bytes = stack_bytes;
     emu.guard_bytes = guard;
   }
@@ -719,6 +727,16 @@ inline std::string check_configuration() {
   return "";
 }
 
+// The emulated device's opt-in limit: SEASTAR_EMU_SHARED_OPTIN_KB (KiB, 48 to 227: e.g. 99 for
+// sm_86/sm_89, 163 for sm_80), else sm_90's 227 KiB. 0 where the variable is not such a number.
+inline std::size_t shared_optin_limit() {
+  unsigned long long kib;
+  if (!read_env_number("SEASTAR_EMU_SHARED_OPTIN_KB", kMaxDynamicShared / 1024, kib) || kib < 48 ||
+      kib > kMaxDynamicShared / 1024)
+    return 0;
+  return static_cast<std::size_t>(kib) * 1024;
+}
+
 inline std::size_t dynamic_shared_limit(const void* kernel) {
   std::lock_guard<std::mutex> lock(emu.errors_mutex);
   auto raised = emu.max_dynamic_shared.find(kernel);
@@ -763,9 +781,10 @@ inline void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shme
   std::size_t limit = dynamic_shared_limit(kernel);
   if (shmem > limit)
     return refuse(cudaErrorInvalidValue,
-                  format("%zu bytes of dynamic shared memory requested; the limit is %zu (raise it up to %zu with "
-                         "cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))",
-                         shmem, limit, kMaxDynamicShared));
+                  format("%zu bytes of dynamic shared memory requested; the limit is %zu (raise it up to the "
+                         "device's %zu with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                         "bytes))",
+                         shmem, limit, shared_optin_limit()));
   emu.nthreads = block.x * block.y * block.z;
   if (!locate_static_shared())
     return refuse(cudaErrorNotSupported,
@@ -785,6 +804,7 @@ inline void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shme
   for (std::uint64_t i = 0; i < blocks; ++i)
     if (!run_block(order[i])) break;
   restore_fault_handlers();
+  release_stacks();
   if (emu.error != cudaSuccess) record_error(emu.error, launch_description() + emu.message);
 }
 
@@ -1112,10 +1132,13 @@ inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr
     problem = format("cudaFuncSetAttribute: attribute %d is not emulated (only "
                      "cudaFuncAttributeMaxDynamicSharedMemorySize is)",
                      static_cast<int>(attribute));
-  else if (value < 0 || static_cast<std::size_t>(value) > kMaxDynamicShared)
+  else if (shared_optin_limit() == 0)
+    problem = format("SEASTAR_EMU_SHARED_OPTIN_KB=%s is not a number of KiB from 48 to %zu",
+                     std::getenv("SEASTAR_EMU_SHARED_OPTIN_KB"), kMaxDynamicShared / 1024);
+  else if (value < 0 || static_cast<std::size_t>(value) > shared_optin_limit())
     problem = format("cudaFuncSetAttribute(%s, cudaFuncAttributeMaxDynamicSharedMemorySize, %d): the value must be "
-                     "from 0 to %zu bytes (227 KiB, the H100/H200 limit)",
-                     kernel_name(func).c_str(), value, kMaxDynamicShared);
+                     "from 0 to %zu bytes (%zu KiB, the emulated device's opt-in limit: SEASTAR_EMU_SHARED_OPTIN_KB)",
+                     kernel_name(func).c_str(), value, shared_optin_limit(), shared_optin_limit() / 1024);
   if (!problem.empty()) {
     record_error(cudaErrorInvalidValue, problem);
     return cudaErrorInvalidValue;
@@ -1128,6 +1151,31 @@ inline cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr
 template <class... P>
 inline cudaError_t cudaFuncSetAttribute(void (*kernel)(P...), cudaFuncAttribute attribute, int value) {
   return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), attribute, value);
+}
+
+inline cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  using namespace ::seastar_emu::detail;
+  std::size_t limit = shared_optin_limit();
+  std::string problem;
+  if (attribute != cudaDevAttrMaxSharedMemoryPerBlockOptin)
+    problem = format("cudaDeviceGetAttribute: attribute %d is not emulated (only "
+                     "cudaDevAttrMaxSharedMemoryPerBlockOptin is)", static_cast<int>(attribute));
+  else if (device != 0)
+    problem = format("cudaDeviceGetAttribute: device %d does not exist (the emulator has device 0)", device);
+  else if (limit == 0)
+    problem = format("SEASTAR_EMU_SHARED_OPTIN_KB=%s is not a number of KiB from 48 to %zu",
+                     std::getenv("SEASTAR_EMU_SHARED_OPTIN_KB"), kMaxDynamicShared / 1024);
+  if (!problem.empty()) {
+    record_error(cudaErrorInvalidValue, problem);
+    return cudaErrorInvalidValue;
+  }
+  *value = static_cast<int>(limit);
+  return cudaSuccess;
 }
 
 // Stream-ordered allocation: launches are synchronous here, so host memory in stream order is exact.
