@@ -352,7 +352,9 @@ def test_a_python_list_as_edge_index_says_what_is_accepted():
         assert "list" in str(our_error.value), (str(our_error.value), str(pyg_error.value))
 
 
-INDEX_DTYPES_REFUSED = [torch.float32, torch.float64, torch.float16, torch.bool, torch.complex64]
+# every dtype but int32 and int64: PyG's GCNConv and APPNP and DGL refuse the narrower integers too
+INDEX_DTYPES_REFUSED = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.bool, torch.complex64,
+                        torch.int8, torch.int16, torch.uint8]
 
 
 def _edge_index_as(dtype, requires_grad=False):
