@@ -436,3 +436,5 @@ def test_a_softmax_that_cannot_be_stabilised_warns_at_its_line(fn, line, reason)
         sl.compile(fn)(ei, **features)
     message = str(caught[0].message)
     assert os.path.basename(__file__) in message and line in message
+    with open(__file__) as f:  # the warning is reported at that line of this file
+        assert line in f.readlines()[caught[0].lineno - 1] and caught[0].filename == __file__

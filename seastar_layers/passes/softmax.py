@@ -122,10 +122,13 @@ def _warn(prog: Program, exp_id: int, why: _Unstable) -> None:
     where = prog.nodes[why.node].loc or prog.nodes[exp_id].loc
     at = f" at line {where.lineno} of {where.filename}" if where else ""
     shown = f"\n{where.render()}" if where else ""
-    warnings.warn(f"the exponential summed over in-neighbours is not stabilised (no row max subtracted): "
-                  f"{why.reason}{at}; its kernel overflows once exp's argument passes about 88 in float32 "
-                  f"(11 in float16). Normalise by the exponentials' sum, or subtract a per-row bound "
-                  f"yourself{shown}", UnstabilisedSoftmaxWarning, stacklevel=2)
+    text = (f"the exponential summed over in-neighbours is not stabilised (no row max subtracted): {why.reason}{at}; "
+            f"its kernel overflows once exp's argument passes about 88 in float32 (11 in float16). Normalise by the "
+            f"exponentials' sum, or subtract a per-row bound yourself{shown}")
+    if where is None:
+        warnings.warn(text, UnstabilisedSoftmaxWarning, stacklevel=2)
+    else:  # reported at the user's line, where warning filters and tracebacks look
+        warnings.warn_explicit(text, UnstabilisedSoftmaxWarning, where.filename, where.lineno)
 
 
 def _rewrite(prog: Program, exp_id: int, deg: dict[int, Fraction]) -> Program:
