@@ -206,7 +206,7 @@ def compile_cuda(src: str, output_dir: str, force: bool) -> str:
     return obj
 
 
-from seastar_layers.runtime.toolchain import prebuilt_cxx_flags  # noqa: E402
+from seastar_layers.runtime.toolchain import MIN_TORCH, prebuilt_cxx_flags  # noqa: E402
 
 layers = Extension(
     "seastar_layers._C",
@@ -228,6 +228,6 @@ setup(
     ext_modules=[layers],
     cmdclass={"build_ext": BuildLayers},
     python_requires=">=3.10",
-    install_requires=["torch>=2.8", "tqdm"],
+    install_requires=[f"torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}", "tqdm"],
     extras_require={"pyg": ["torch_geometric>=2.5"], "dgl": ["dgl>=2.1", "packaging", "pandas"]},
 )

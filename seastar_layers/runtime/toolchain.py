@@ -189,7 +189,7 @@ def toolkit_version() -> str | None:
     return found.group(1) if found else None
 
 
-MIN_TORCH = (2, 8)  # setup.py's install_requires says the same
+MIN_TORCH = (2, 8)  # the oldest torch the extension builds against (setup.py: install_requires)
 
 
 def build_compiler() -> str:
