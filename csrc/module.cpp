@@ -1,13 +1,23 @@
 // seastar_layers._C: the layers' kernels, compiled at install time from the sources the compiler
 // generates (csrc/generated/*.cpp, *.cu), and the torch ops that run them (csrc/generated/
 // registration.cpp, registered with TORCH_LIBRARY when this library is loaded). This module object
-// exists so that the extension installs and imports like any other, and holds the one helper the
-// graph cache needs at memory speed (graph.py: _fingerprint).
+// exists so that the extension installs and imports like any other, and holds what needs Python: the
+// variants compiled after install (added_variant, add_variant) and the one helper the graph cache
+// needs at memory speed (graph.py: _fingerprint).
 #include <Python.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "variants.h"
 
 namespace {
 
@@ -86,7 +96,153 @@ PyObject* fingerprint_memory(PyObject*, PyObject* args) {
   return PyLong_FromUnsignedLongLong(hash_bytes(bytes, static_cast<size_t>(length), threads));
 }
 
+// -- variants compiled after install --------------------------------------------------------------
+// One variant's tables, owned here; `variant` points into them.
+struct AddedVariant {
+  std::string key;
+  std::vector<seastar::Buffer> forward, backward;
+  std::deque<std::string> dim_names;
+  std::vector<const char*> dims;
+  seastar::Variant variant;
+};
+
+std::mutex added_mutex;
+std::map<std::string, std::unique_ptr<AddedVariant>> added;  // by op, device and key: never removed
+
+std::string added_name(const char* op, bool cuda, const std::string& key) {
+  return std::string(op) + (cuda ? "@cuda:" : "@cpu:") + key;
+}
+
+const seastar::Variant* find_added(const std::string& name) {
+  std::lock_guard<std::mutex> lock(added_mutex);
+  auto it = added.find(name);
+  return it == added.end() ? nullptr : &it->second->variant;
+}
+
+// The Python exception being raised, as text, cleared.
+std::string fetch_error() {
+  PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+  PyErr_Fetch(&type, &value, &traceback);
+  std::string text = "an unknown error";
+  if (PyObject* str = value != nullptr ? PyObject_Str(value) : nullptr) {
+    if (const char* utf8 = PyUnicode_AsUTF8(str)) text = utf8;
+    Py_DECREF(str);
+  }
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return text;
+}
+
+// runtime/library.py: build_variant(op, cuda, key), which compiles the variant and calls add_variant
+bool build_in_python(const char* op, bool cuda, const std::string& key, std::string* why) {
+  if (!Py_IsInitialized()) {
+    *why = "its kernels are compiled by the seastar_layers package, and this process runs no Python";
+    return false;
+  }
+  PyGILState_STATE gil = PyGILState_Ensure();
+  bool ok = false;
+  if (PyObject* module = PyImport_ImportModule("seastar_layers.runtime.library")) {
+    PyObject* result = PyObject_CallMethod(module, "build_variant", "sOs", op, cuda ? Py_True : Py_False, key.c_str());
+    ok = result != nullptr;
+    Py_XDECREF(result);
+    Py_DECREF(module);
+  }
+  if (!ok) *why = fetch_error();
+  PyGILState_Release(gil);
+  return ok;
+}
+
+// One buffer from (from, index, rows, shape, compute_type, filled, fill), the enumerators by name.
+bool parse_buffer(PyObject* item, seastar::Buffer* b) {
+  const char *from = nullptr, *rows = nullptr;
+  PyObject* shape = nullptr;
+  int compute_type = 0, filled = 0;
+  if (!PyArg_ParseTuple(item, "sisOppd", &from, &b->index, &rows, &shape, &compute_type, &filled, &b->fill))
+    return false;
+  auto find = [](const char* name, const auto& names) {
+    for (size_t k = 0; k < std::size(names); ++k)
+      if (std::strcmp(name, names[k]) == 0) return static_cast<int>(k);
+    return -1;
+  };
+  const int f = find(from, seastar::kFromNames), r = find(rows, seastar::kRowsNames);
+  const Py_ssize_t rank = PySequence_Check(shape) ? PySequence_Size(shape) : -1;
+  if (f < 0 || r < 0 || rank < 0 || rank > seastar::kMaxRank) {
+    PyErr_Format(PyExc_ValueError, "add_variant: a buffer with from=%s, rows=%s and a shape of rank %zd", from, rows,
+                 rank);
+    return false;
+  }
+  b->from = static_cast<seastar::From>(f);
+  b->rows = static_cast<seastar::Rows>(r);
+  b->rank = static_cast<int>(rank);
+  b->compute_type = compute_type != 0;
+  b->filled = filled != 0;
+  for (Py_ssize_t d = 0; d < rank; ++d) {
+    PyObject* size = PySequence_GetItem(shape, d);
+    b->shape[d] = size != nullptr ? PyLong_AsLongLong(size) : -1;
+    Py_XDECREF(size);
+    if (PyErr_Occurred()) return false;
+  }
+  return true;
+}
+
+bool parse_buffers(PyObject* list, std::vector<seastar::Buffer>* out) {
+  if (!PyList_Check(list)) {
+    PyErr_SetString(PyExc_TypeError, "add_variant: buffers must be a list of tuples");
+    return false;
+  }
+  out->resize(PyList_Size(list));
+  for (Py_ssize_t k = 0; k < PyList_Size(list); ++k)
+    if (!parse_buffer(PyList_GetItem(list, k), &(*out)[k])) return false;
+  return true;
+}
+
+// add_variant(op, cuda, key, forward, backward, last_error, forward_buffers, backward_buffers, num_results,
+// num_saved, dims): a compiled variant's entries (addresses of its plain-C functions, from the library the
+// JIT loaded, which stays loaded) and tables, as torch_entry.py renders them for the built ones
+PyObject* add_variant(PyObject*, PyObject* args) {
+  const char *op = nullptr, *key = nullptr;
+  int cuda = 0, num_results = 0, num_saved = 0;
+  unsigned long long forward = 0, backward = 0, last_error = 0;
+  PyObject *forward_buffers = nullptr, *backward_buffers = nullptr, *dims = nullptr;
+  if (!PyArg_ParseTuple(args, "spsKKKOOiiO", &op, &cuda, &key, &forward, &backward, &last_error, &forward_buffers,
+                        &backward_buffers, &num_results, &num_saved, &dims))
+    return nullptr;
+  if (forward == 0 || backward == 0 || last_error == 0) {
+    PyErr_SetString(PyExc_ValueError, "add_variant: a null entry point");
+    return nullptr;
+  }
+  auto v = std::make_unique<AddedVariant>();
+  v->key = key;
+  if (!parse_buffers(forward_buffers, &v->forward) || !parse_buffers(backward_buffers, &v->backward)) return nullptr;
+  if (!PyList_Check(dims)) {
+    PyErr_SetString(PyExc_TypeError, "add_variant: dims must be a list of str");
+    return nullptr;
+  }
+  for (Py_ssize_t k = 0; k < PyList_Size(dims); ++k) {
+    const char* name = PyUnicode_AsUTF8(PyList_GetItem(dims, k));
+    if (name == nullptr) return nullptr;
+    v->dims.push_back(v->dim_names.emplace_back(name).c_str());
+  }
+  auto run = [](unsigned long long address) { return reinterpret_cast<seastar::KernelEntry>(address); };
+  auto error = reinterpret_cast<seastar::ErrorEntry>(last_error);
+  v->variant = {v->key.c_str(),
+                {run(forward), error, v->forward.data(), static_cast<int>(v->forward.size())},
+                {run(backward), error, v->backward.data(), static_cast<int>(v->backward.size())},
+                num_results,
+                num_saved,
+                v->dims.data(),
+                static_cast<int>(v->dims.size())};
+  std::lock_guard<std::mutex> lock(added_mutex);
+  added.emplace(added_name(op, cuda != 0, key), std::move(v));  // a second build of one variant keeps the first
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"add_variant", add_variant, METH_VARARGS,
+     "add_variant(op, cuda, key, forward, backward, last_error, forward_buffers, backward_buffers, num_results, "
+     "num_saved, dims): makes a variant compiled after install available to the op (runtime/library.py)."},
     {"fingerprint_memory", fingerprint_memory, METH_VARARGS,
      "fingerprint_memory(address, length, threads) -> int: a 64-bit hash of the length bytes at address, a "
      "contiguous tensor's data_ptr() and nbytes, at memory speed (graph.py)."},
@@ -99,5 +255,22 @@ struct PyModuleDef seastar_module = {
 };
 
 }  // namespace
+
+namespace seastar {
+
+const Variant* added_variant(const char* op, bool cuda, const std::string& key, bool build, std::string* why) {
+  const std::string name = added_name(op, cuda, key);
+  if (const Variant* found = find_added(name)) return found;
+  std::string reason;
+  if (!build || !build_in_python(op, cuda, key, &reason)) {
+    if (why != nullptr) *why = build ? reason : "not built";
+    return nullptr;
+  }
+  if (const Variant* found = find_added(name)) return found;
+  if (why != nullptr) *why = "internal: runtime/library.py: build_variant returned without adding it";
+  return nullptr;
+}
+
+}  // namespace seastar
 
 PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&seastar_module); }

@@ -33,60 +33,11 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "variants.h"
+
 namespace seastar {
 
-// sizes: (source vertices, destination vertices, edges, bytes per graph index: 4 or 8); graph: its arrays,
-// all int32 or all int64 (graph.py: index_dtype)
-using KernelEntry = int (*)(const int64_t* sizes, const int64_t* dims, const void* const* graph,
-                            void* const* buffers, const int64_t* numels, int num_threads, void* stream);
-using ErrorEntry = const char* (*)();
-
-constexpr int kGraphArrays = 6;  // in-CSR (indptr, sources, edge ids), out-CSR (indptr, destinations, edge ids)
-constexpr int kGraphSlots = 8;   // and the destination and source rows heaviest first (GPU kernels; optional)
-constexpr int kMaxRank = 6;
 constexpr int64_t kSerialWork = 32768;  // elements: torch's grain size (at::internal::GRAIN_SIZE)
-
-enum class Rows : int8_t { kSrc, kDst, kEdge, kParam };
-
-// Where a kernel buffer comes from, or what it becomes.
-enum class From : int8_t {
-  kArgument,  // the op's argument `index` (a feature or a parameter)
-  kDegree,    // the in-degree of every destination, from the graph
-  kAdjoint,   // backward: the gradient arriving at result `index`
-  kSaved,     // backward: the forward's saved value `index`
-  kResult,    // forward: result `index` of the op
-  kSavedOut,  // forward: saved value `index`, returned for the backward
-  kGradient,  // backward: (part of) the gradient of argument `index`
-  kTemp,      // passed between the kernels of one program
-  kSeed,      // the op's argument `index`: the seed of the program's random draws (0-d int64)
-};
-
-struct Buffer {
-  From from;
-  int index;
-  Rows rows;
-  int rank;
-  int64_t shape[kMaxRank];  // each a size, or -1 - k for the run-time size s<k>
-  bool compute_type;        // in the compute type (float for half features) rather than the features' dtype
-  bool filled;              // a constant output the kernels do not write: `fill` everywhere
-  double fill;
-};
-
-struct Program {
-  KernelEntry run;
-  ErrorEntry last_error;
-  const Buffer* buffers;
-  int num_buffers;
-};
-
-// One specialisation: its key is the features' dtype and the options given (torch_entry.py: variant_key).
-struct Variant {
-  const char* key;
-  Program forward, backward;
-  int num_results, num_saved;
-  const char* const* dims;  // the declared names of the run-time sizes s0, s1, ...
-  int num_dims;
-};
 
 struct Family {
   const char* op;  // "seastar_layers::<name>"
@@ -131,15 +82,16 @@ inline std::string variant_key(const Family& f, at::ScalarType dtype, const Argu
   return key;
 }
 
-// The variant these arguments select on CUDA or the CPU; null where the extension holds none.
+// The variant these arguments select on CUDA or the CPU: one the extension was built with, else one added
+// since (added_variant: with `build`, compiled now). Null where there is none, with `why` where building failed.
 inline const Variant* find_variant(const Family& f, bool cuda, at::ScalarType dtype, const Arguments& args,
-                                   const Switches& switches) {
+                                   const Switches& switches, bool build = false, std::string* why = nullptr) {
   const std::string key = variant_key(f, dtype, args, switches);
   const Variant* table = cuda ? f.cuda : f.cpu;
   const int count = cuda ? f.num_cuda : f.num_cpu;
   for (int v = 0; v < count; ++v)
     if (key == table[v].key) return &table[v];
-  return nullptr;
+  return added_variant(f.op, cuda, key, build, why);
 }
 
 // as Python spells it, for messages
@@ -460,10 +412,10 @@ class Call {
     TORCH_CHECK_VALUE(graph_[0].is_cpu() || cuda, f_.op, " runs on CPU and CUDA tensors, not on ", graph_[0].device());
     TORCH_CHECK_TYPE(dtype_name(dtype_) != nullptr, f_.op, ": no kernel for '", first_name_, "' of dtype ",
                      torch_name(dtype_), "; convert the features to float32, float64, float16 or bfloat16");
-    variant_ = find_variant(f_, cuda, dtype_, args_, switches_);
+    std::string why;
+    variant_ = find_variant(f_, cuda, dtype_, args_, switches_, /*build=*/true, &why);
     TORCH_CHECK(variant_ != nullptr, f_.op, ": seastar_layers._C holds no ", cuda ? "CUDA" : "CPU", " kernel for ",
-                variant_key(f_, dtype_, args_, switches_), cuda ? "; it was built without CUDA kernels" : "",
-                "; reinstall seastar_layers");
+                variant_key(f_, dtype_, args_, switches_), " and could not compile it on first use: ", why);
     dims_.assign(variant_->num_dims, -1);
     dim_sources_.assign(variant_->num_dims, "");
   }

@@ -8,6 +8,25 @@ import types
 import torch
 
 
+def options_id(options) -> str:
+    """A test id that names functions by name (their repr holds an address, which differs between
+    pytest-xdist's workers, which must collect the same ids) and has no spaces (scripts/gpu_check.sh
+    passes test ids on a command line)."""
+    return ",".join(f"{k}={getattr(v, '__name__', v)}" for k, v in options.items()) if options else "defaults"
+
+
+def checked_variants(family, dtypes=None):
+    """(options, dtype, program, example features) of an op family: every variant the extension holds
+    (its PREBUILT_DTYPES on the CPU), and in each dtype compiled on first use a sample of the same
+    generator's output: no option, each option alone, all but one and all (each of those takes a JIT
+    build of seconds; all 64 of GAT's would take minutes per dtype)."""
+    from seastar_layers.nn.programs import PREBUILT_DTYPES
+
+    for options, dtype, program, features in family.variants(dtypes):
+        if dtype in PREBUILT_DTYPES["cpu"] or len(options) <= 1 or len(options) >= len(family.options) - 1:
+            yield options, dtype, program, features
+
+
 def random_graph(num_src: int, num_dst: int, num_edges: int, seed: int = 0) -> torch.Tensor:
     """(2, E) edges with isolated vertices, zero in-degree destinations, multi-edges and, when the
     graph is not bipartite, self-loops."""

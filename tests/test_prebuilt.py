@@ -1,4 +1,5 @@
-"""The layers run from the kernels compiled at install time: no compiler is needed, or allowed."""
+"""The layers run from the kernels compiled at install time, in the dtype the install prebuilds on the CPU
+(float32): no compiler is needed, or allowed. Another dtype needs the compiler and says so."""
 import os
 import subprocess
 import sys
@@ -10,6 +11,8 @@ SCRIPT = textwrap.dedent("""
     from seastar_layers.errors import BuildError
     from seastar_layers.runtime import jit, prebuilt
     assert prebuilt.library() is not None, "seastar_layers._C is not installed"
+    from seastar_layers.nn.programs import PREBUILT_DTYPES
+    assert PREBUILT_DTYPES["cpu"] == (torch.float32,), PREBUILT_DTYPES
     x, ei = torch.randn(40, 12), torch.randint(0, 40, (2, 160))
     checks = [(sl.GATConv(12, 5, heads=3, edge_dim=2), P.GATConv(12, 5, heads=3, edge_dim=2), (x, ei, torch.randn(160, 2))),
               (sl.GATConv(12, 7, heads=1, concat=False), P.GATConv(12, 7, heads=1, concat=False), (x, ei)),
@@ -17,7 +20,7 @@ SCRIPT = textwrap.dedent("""
               (sl.APPNP(K=3, alpha=0.1), P.APPNP(K=3, alpha=0.1), (x, ei, torch.rand(160)))]
     for ours, ref, args in checks:
         ours.load_state_dict(ref.state_dict())
-        for dtype in (torch.float32, torch.float64):
+        for dtype in PREBUILT_DTYPES["cpu"]:
             ours.to(dtype); ref.to(dtype)
             a = [t.to(dtype).requires_grad_() if t.is_floating_point() else t for t in args]
             out = ours(*a)
@@ -25,7 +28,7 @@ SCRIPT = textwrap.dedent("""
             torch.testing.assert_close(out, ref(*a), atol=1e-5, rtol=1e-5)
     ours.train()
     sl.GATConv(12, 4, heads=2, dropout=0.5).train()(x, ei).sum().backward()
-    for dtype in (torch.float32, torch.float64):  # attention weights: their own kernels, also prebuilt
+    for dtype in PREBUILT_DTYPES["cpu"]:  # attention weights: their own kernels, also prebuilt
         xd = x.to(dtype)
         for kwargs, args in [(dict(heads=3, edge_dim=2), (torch.randn(160, 2, dtype=dtype),)), (dict(heads=1), ())]:
             ours, ref = sl.GATConv(12, 5, **kwargs).to(dtype), P.GATConv(12, 5, **kwargs).to(dtype)
@@ -57,12 +60,18 @@ SCRIPT = textwrap.dedent("""
         wide = torch.randn(40, 3, 12)  # (N, *, D) features fold into the heads or channels
         torch.testing.assert_close(ours(g, wide), ref(g, wide), atol=1e-5, rtol=1e-5)
         if isinstance(ours, sd.GATConv):  # and their attention, with dropout or edge weights in it
-            for feat, kwargs in [(x, {}), (wide, {}), (x.double(), {}), (x, dict(edge_weight=w))]:
+            for feat, kwargs in [(x, {}), (wide, {}), (x, dict(edge_weight=w))]:
                 ours.to(feat.dtype), ref.to(feat.dtype)
                 torch.testing.assert_close(ours(g, feat, get_attention=True, **kwargs),
                                            ref(g, feat, get_attention=True, **kwargs), atol=1e-5, rtol=1e-5)
             sd.GATConv(12, 3, 4, attn_drop=0.5).train()(g, x, get_attention=True)[1].sum().backward()
     assert jit.build_count == 0
+    try:  # float64 attention runs a variant compiled on first use, which needs the compiler
+        sl.GATConv(12, 5, heads=2).double()(x.double(), ei, return_attention_weights=True)
+    except RuntimeError as e:
+        assert "float64" in str(e) and "SEASTAR_NO_JIT=1" in str(e) and "float32" in str(e), e
+    else:
+        raise AssertionError("a float64 variant compiled with SEASTAR_NO_JIT=1")
 
     @sl.compile
     def custom(v):

@@ -1,19 +1,20 @@
 """The layers' programs as registered torch ops (torch.ops.seastar_layers.*): every specialisation the
 extension holds against the same program run through the compiler's own path, opcheck on every op,
 the checks of the C++ entry points, and calls from TorchScript and a fresh process."""
+import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
-from helpers import random_graph
+from helpers import checked_variants, random_graph
 
 import seastar_layers as sl
 from seastar_layers.codegen.torch_entry import FOR_BACKWARD, variant_key
 from seastar_layers.runtime import library
 from seastar_layers.graph import csr_layouts
-from seastar_layers.nn.programs import FAMILIES, GAT_ATTENTION, WEIGHTED_SUM
+from seastar_layers.nn.programs import FAMILIES, GAT_ATTENTION, PREBUILT_DTYPES, WEIGHTED_SUM, prebuilt_variants
 from seastar_layers.runtime.executor import COMPUTE_DTYPE
 
 N = 9
@@ -53,8 +54,9 @@ def tolerance(dtype):
 def test_every_variant_equals_its_program(family):
     """The entry point chooses the variant, binds its sizes and wires its buffers: results and
     gradients equal the program's through the compiler's path, for every specialisation compiled
-    into the extension (every option and switch, in every dtype) and several sizes each."""
-    for k, (options, dtype, program, features) in enumerate(family.variants()):
+    into the extension (every option and switch) and those compiled on first use (checked_variants),
+    and several sizes each."""
+    for k, (options, dtype, program, features) in enumerate(checked_variants(family)):
         if FOR_BACKWARD in options:
             continue  # the autograd kernel turns it on: the calls below that record a backward run these
         for sizes in SIZES:
@@ -101,7 +103,7 @@ def test_every_variant_equals_its_program(family):
 
 def opcheck_cases():
     return [pytest.param(family, options, features, id=f"{family.name}-{'-'.join(options)}-{dtype}")
-            for family in FAMILIES for options, dtype, _, features in family.variants()
+            for family in FAMILIES for options, dtype, _, features in checked_variants(family)
             if dtype in (torch.float32, torch.float16)]
 
 
@@ -180,14 +182,12 @@ def test_graph_arrays_are_int32_where_the_sizes_fit():
 
 def test_int32_and_int64_graphs_give_the_same_results():
     """One kernel reads either index dtype (codegen/cstyle.py: seastar_indices): every family's
-    float64 variants on GRAPH's int32 arrays and on the same arrays in int64 (as a DGL graph or
+    prebuilt variants on GRAPH's int32 arrays and on the same arrays in int64 (as a DGL graph or
     a PyG EdgeIndex shares them) give the same bits, forward and backward."""
     wide = sl.Graph._from_checked([t.long() for t in GRAPH.tensors()], N, N)
     assert GRAPH.in_src.dtype == torch.int32 and wide.in_src.dtype == torch.int64
     for family in FAMILIES:
-        for k, (options, dtype, _, features) in enumerate(family.variants()):
-            if dtype != torch.float64:
-                continue
+        for k, (options, dtype, _, features) in enumerate(family.variants(PREBUILT_DTYPES["cpu"])):
             tensors = {n: t.requires_grad_() for n, t in random_inputs(family, features, k, SIZES[0], options).items()
                        if n != "seed"}
             switches = {s: True for s in family.switches if s in options}
@@ -967,6 +967,59 @@ def test_one_kernel_per_option_and_dtype():
     """Declared shapes: the extension holds one variant per set of options and dtype (272 in all;
     for_backward doubles GAT's, and those it leaves the same share their kernels)."""
     assert [len(list(f.variants())) for f in FAMILIES] == [256, 8, 8]
+    # the install compiles float32's on the CPU, every dtype's for CUDA
+    assert [sum(v[0] is f for v in prebuilt_variants("cpu")) for f in FAMILIES] == [64, 2, 2]
+    assert [sum(v[0] is f for v in prebuilt_variants("cuda")) for f in FAMILIES] == [256, 8, 8]
+
+
+FIRST_USE = textwrap.dedent("""
+    import sys, torch
+    from torch_geometric.utils import softmax
+    import seastar_layers as sl
+    from seastar_layers.nn.programs import GAT_ATTENTION
+    from seastar_layers.runtime import jit
+    ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])
+    graph = sl.Graph.from_edge_index(ei, 3)
+    a_src, a_dst = torch.randn(3, 2, 1, dtype=torch.float64), torch.randn(3, 2, 1, dtype=torch.float64)
+    x = torch.randn(3, 2, 4, dtype=torch.float64, requires_grad=True)
+    for _ in range(2):
+        out, alpha = GAT_ATTENTION(graph, a_src=a_src, x=x, a_dst=a_dst, slope=torch.tensor(0.2, dtype=torch.float64),
+                                   with_attention=True)
+        out.sum().backward()
+    logits = torch.nn.functional.leaky_relu(a_src[ei[0]] + a_dst[ei[1]], 0.2)
+    torch.testing.assert_close(alpha, softmax(logits, ei[1], num_nodes=3))
+    print("builds", jit.build_count)
+""")
+
+
+def test_a_variant_the_install_leaves_out_is_compiled_once_on_first_use(tmp_path):
+    """A float64 variant (not prebuilt on the CPU): the op compiles it on its first call, through the
+    JIT into the disk cache, serves every later call from the same tables (forward and backward),
+    and a new process loads it from the cache without compiling."""
+    script = tmp_path / "first_use.py"
+    script.write_text(FIRST_USE)
+    env = dict(os.environ, SEASTAR_CACHE_DIR=str(tmp_path / "cache"))
+    runs = [subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "builds 1" in runs[0].stdout and "builds 0" in runs[1].stdout, [r.stdout for r in runs]
+    assert "compiling gat_attention (float64|a_dst|with_attention|for_backward) for the CPU on first use" in \
+        runs[0].stderr
+    assert "compiling" not in runs[1].stderr
+
+
+def test_without_the_jit_a_variant_left_out_says_what_to_do(monkeypatch):
+    """SEASTAR_NO_JIT=1 and a float16 variant the extension does not hold: the op raises, naming the
+    dtype, the variable and the dtypes that need no compiler; the float32 variant runs."""
+    monkeypatch.setenv("SEASTAR_NO_JIT", "1")
+    x = torch.randn(N, 3, 2)
+    with pytest.raises(RuntimeError, match=r"float16\|a_edge\|mask\|with_attention and could not compile it on first "
+                                           r"use: .*prebuilds the layers' CPU kernels in float32 .*SEASTAR_NO_JIT"):
+        GAT_ATTENTION(GRAPH, a_src=x[..., :1].half(), x=x.half(), slope=torch.tensor(0.2), a_edge=torch.randn(
+            GRAPH.num_edges, 3, 1).half(), mask=torch.ones(GRAPH.num_edges, 3, 1).half(), with_attention=True)
+    out, _ = GAT_ATTENTION(GRAPH, a_src=x[..., :1], x=x, slope=torch.tensor(0.2), with_attention=True)
+    assert out.shape == (N, 3, 2)
 
 
 def test_torchscript_calls_a_registered_op():

@@ -142,10 +142,10 @@ class OpFamily:
         names = self.required + tuple(feature for feature, _ in self.optional if feature in options)
         return {n: torch.zeros(self.example[n], dtype=dtype) for n in names}
 
-    def variants(self):
+    def variants(self, dtypes: Iterable[torch.dtype] | None = None):
         """(options, dtype, program, example features) for every specialisation: each subset of
-        the options, in every dtype."""
-        for dtype in self.dtypes:
+        the options, in every dtype (or in `dtypes`)."""
+        for dtype in self.dtypes if dtypes is None else dtypes:
             for count in range(len(self.options) + 1):
                 for options in itertools.combinations(self.options, count):
                     yield options, dtype, self.program(options, dtype), self.examples(options, dtype)
@@ -169,13 +169,6 @@ def dim_names(program, features: dict[str, Tensor]) -> list[str]:
 
 def cpp_bool(value: bool) -> str:
     return "true" if value else "false"
-
-
-def cpp_shape(buf: Buffer) -> str:
-    """A buffer's feature shape as the header reads it: sizes, and -1 - k for the run-time size s<k>."""
-    if len(buf.shape) > MAX_RANK:
-        raise ValueError(f"buffer {buf.key!r} has rank {len(buf.shape)}; the entry points take at most {MAX_RANK}")
-    return "{" + ", ".join(str(-1 - int(d[1:]) if is_symbol(d) else d) for d in buf.shape) + "}"
 
 
 class VariantRenderer:
@@ -208,15 +201,27 @@ class VariantRenderer:
             return "kSeed", self.family.arguments.index("seed")
         return {Role.DEGREE: "kDegree", Role.TEMP: "kTemp"}[role], 0
 
+    def rows(self, sched: Schedule) -> list[tuple]:
+        """The schedule's buffers as the header's Buffer: (From:: enumerator, index, Rows:: enumerator, shape,
+        in the compute type, filled, fill), the shape's run-time size s<k> as -1 - k."""
+        out = []
+        for buf in sched.buffers:
+            if len(buf.shape) > MAX_RANK:
+                raise ValueError(f"buffer {buf.key!r} has rank {len(buf.shape)}; the entry points take at most "
+                                 f"{MAX_RANK}")
+            fill = sched.constant_outputs.get(buf.key)
+            shape = [-1 - int(d[1:]) if is_symbol(d) else int(d) for d in buf.shape]
+            out.append((*self.origin(buf), ROWS[buf.rows], shape, buf.in_compute_type, fill is not None,
+                        float(fill or 0)))
+        return out
+
     def buffers(self, name: str, sched: Schedule) -> str:
         lines = []
-        for buf in sched.buffers:
-            origin, index = self.origin(buf)
-            fill = sched.constant_outputs.get(buf.key)
+        for buf, (origin, index, rows, shape, compute_type, filled, fill) in zip(sched.buffers, self.rows(sched)):
             # {seastar::From::kArgument, 0, seastar::Rows::kSrc, 2, {-1, 1}, false, false, 0.0},  // feature:a_src@src
-            lines.append(f"  {{seastar::From::{origin}, {index}, seastar::Rows::{ROWS[buf.rows]}, {len(buf.shape)}, "
-                         f"{cpp_shape(buf)}, {cpp_bool(buf.in_compute_type)}, {cpp_bool(fill is not None)}, "
-                         f"{float(fill or 0)!r}}},  // {buf.key!r}")
+            lines.append(f"  {{seastar::From::{origin}, {index}, seastar::Rows::{rows}, {len(shape)}, "
+                         f"{{{', '.join(map(str, shape))}}}, {cpp_bool(compute_type)}, {cpp_bool(filled)}, "
+                         f"{fill!r}}},  // {buf.key!r}")
         # const seastar::Buffer p1234_forward_buffers[] = {
         #   ...
         # };

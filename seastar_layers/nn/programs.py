@@ -5,7 +5,8 @@ tensors and feature sizes are run-time (declared shapes with named sizes), so on
 serves every layer configuration, heads and channels of any size, 1 included; options that change
 the program's shape (destination scores, edge scores, attention dropout, edge weights, attention
 weights as a result) are closed-over booleans read by compile-time conditionals, one
-specialisation each. `prebuilt_variants` lists them all, in every dtype, for setup.py.
+specialisation each. `prebuilt_variants` lists those the install compiles, for setup.py; any other
+is compiled on first use (runtime/library.py: build_variant) and cached on disk.
 """
 from __future__ import annotations
 
@@ -17,6 +18,9 @@ from ..runtime import library
 
 
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+# What the install compiles, per target: on the CPU the layers' default dtype, as the other three are
+# rare there and would triple the build; on a GPU every dtype, as autocast runs the layers in half.
+PREBUILT_DTYPES = {"cpu": (torch.float32,), "cuda": DTYPES}
 GAT_SHAPES = {"a_src": ("heads", 1), "a_dst": ("heads", 1), "a_edge": ("heads", 1), "mask": ("heads", 1),
               "x": ("heads", "channels")}
 # GAT's hidden layer as its paper, PyG's and DGL's examples and our benchmarks have it: kernels of its
@@ -114,12 +118,13 @@ WEIGHTED_SUM = OpFamily(weighted_sum, required=("x",), params=(), optional=(("w"
 APPNP_STEP = OpFamily(appnp_step, required=("x", "h"), params=("alpha", "keep"), optional=(("w", "with_weight"),),
                       example={"x": (N, 3), "h": (N, 3), "w": (E,)})
 FAMILIES = (GAT_ATTENTION, WEIGHTED_SUM, APPNP_STEP)
-library.register(FAMILIES)
+library.register(FAMILIES, PREBUILT_DTYPES)
 
 
-def prebuilt_variants():
-    """(program, example features) for every specialisation the layers can ask for: every option, in
-    every dtype (the shapes are declared, so the example sizes do not matter)."""
+def prebuilt_variants(target: str = "cpu"):
+    """(family, options, dtype, program, example features) for every specialisation the install compiles
+    for `target`: every option, in its PREBUILT_DTYPES (the shapes are declared, so the example sizes do
+    not matter)."""
     for family in FAMILIES:
-        for _, _, program, features in family.variants():
-            yield program, features
+        for options, dtype, program, features in family.variants(PREBUILT_DTYPES[target]):
+            yield family, options, dtype, program, features

@@ -46,10 +46,11 @@ def cache_key(source: str, tools: toolchain.Toolchain = toolchain.CPU) -> str:
     return h.hexdigest()[:32]
 
 
-def load_library(source: str, stem: str = "program", tools: toolchain.Toolchain = toolchain.CPU) -> ctypes.CDLL:
-    """The compiled library for `source`, from the cache or freshly built with `tools`. Raises
-    PermissionError, saying why, when the cache directory or an entry in it could have been written
-    by another user."""
+def load_library(source: str, stem: str = "program", tools: toolchain.Toolchain = toolchain.CPU,
+                 announce: str | None = None) -> ctypes.CDLL:
+    """The compiled library for `source`, from the cache or freshly built with `tools` (printing
+    `announce` to stderr first, where given). Raises PermissionError, saying why, when the cache
+    directory or an entry in it could have been written by another user."""
     if not config.jit_enabled():
         raise BuildError("SEASTAR_NO_JIT=1 is set, so custom programs cannot be compiled; "
                          "unset it, or use only the prebuilt layers")
@@ -62,6 +63,8 @@ def load_library(source: str, stem: str = "program", tools: toolchain.Toolchain 
         try:
             lib = None if config.force_rebuild() else _load(dir_fd, directory, name)
             if lib is None:
+                if announce:
+                    print(announce, file=sys.stderr)
                 _build(source, tools, dir_fd, directory, name)
                 lib = _load(dir_fd, directory, name)
             if lib is None:

@@ -121,12 +121,19 @@ def _fake_backward(family, graph, *args):
     return [torch.empty_like(t) for t in args[:len(family.arguments)] if t is not None]
 
 
-def register(families: Iterable) -> None:
+_FAMILIES: dict[str, object] = {}  # by name: the families build_variant compiles for
+_PREBUILT_DTYPES: dict[str, tuple] = {}  # per target, the dtypes the install compiles (for messages)
+
+
+def register(families: Iterable, prebuilt_dtypes: dict[str, tuple]) -> None:
     """Registers the Python side (fake implementations) of the ops the extension defines, and where
-    the extension has no CUDA kernels, their CUDA implementation through the JIT (_jit_forward)."""
+    the extension has no CUDA kernels, their CUDA implementation through the JIT (_jit_forward).
+    prebuilt_dtypes: per target, the dtypes the install compiles; build_variant serves the others."""
+    _PREBUILT_DTYPES.update(prebuilt_dtypes)
     if _UNAVAILABLE is not None:
         return
     for family in families:
+        _FAMILIES[family.name] = family
         qualified = f"{NAMESPACE}::{family.name}"
         torch.library.register_fake(qualified)(functools.partial(_fake, family))
         torch.library.register_fake(f"{qualified}_backward")(functools.partial(_fake_backward, family))
@@ -134,6 +141,46 @@ def register(families: Iterable) -> None:
             _JIT_ON_CUDA.add(family.name)
             torch.library.impl(qualified, "CUDA")(functools.partial(_jit_forward, family))
             torch.library.impl(f"{qualified}_backward", "CUDA")(functools.partial(_jit_backward, family))
+
+
+# -- variants the extension was not built with -------------------------------------------------------
+def build_variant(op: str, cuda: bool, key: str) -> None:
+    """Compiles the variant `key` (torch_entry.py: variant_key) of `op` ("seastar_layers::<family>") for the
+    CPU, or for the current GPU with `cuda`, through the JIT and its disk cache, and adds it to the
+    extension's tables (seastar_layers._C.add_variant). The op calls this (csrc/module.cpp:
+    added_variant) the first time it is asked for a variant it was not built with, e.g. a dtype the
+    install leaves to first use (nn/programs.py: PREBUILT_DTYPES)."""
+    import ctypes
+
+    from .. import _C
+    from ..codegen.torch_entry import DTYPE_NAMES, VariantRenderer, dim_names
+    from . import config, jit
+
+    family = _FAMILIES[op.removeprefix(f"{NAMESPACE}::")]
+    dtype_name, *options = key.split("|")
+    dtype = next(d for d, name in DTYPE_NAMES.items() if name == dtype_name)
+    device = "CUDA" if cuda else "CPU"
+    prebuilt_dtypes = ", ".join(DTYPE_NAMES[d] for d in _PREBUILT_DTYPES["cuda" if cuda else "cpu"])
+    if not config.jit_enabled():
+        raise BuildError(f"the install prebuilds the layers' {device} kernels in {prebuilt_dtypes} and compiles the "
+                         f"others on first use ({dtype_name} here), which SEASTAR_NO_JIT=1 forbids; unset "
+                         f"SEASTAR_NO_JIT, or give the layer {prebuilt_dtypes} features")
+    tools = toolchain.for_device(torch.device("cuda")) if cuda else toolchain.CPU
+    announce = (f"seastar_layers: compiling {family.name} ({key}) for the {device} on first use; cached in "
+                f"{config.cache_dir()}")
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        program = family.program(options, dtype)
+        features = family.examples(options, dtype)
+        generated = program.generate(features, tools.target)
+        lib = jit.load_library(generated.source, stem=family.name, tools=tools, announce=announce)
+    renderer = VariantRenderer(family, key, generated, dim_names(program, features))
+
+    def entry(name: str) -> int:
+        return ctypes.cast(getattr(lib, f"seastar_{generated.key}{name}"), ctypes.c_void_p).value
+
+    _C.add_variant(op, cuda, key, entry("forward"), entry("backward"), entry("last_error"),
+                   renderer.rows(generated.forward), renderer.rows(generated.backward), len(renderer.results),
+                   len(renderer.saved), renderer.dims)
 
 
 # -- CUDA tensors where the extension has no CUDA kernels: the programs through the JIT ------------
