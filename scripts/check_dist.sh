@@ -43,5 +43,5 @@ repo=$(pwd)
 cd "$work"
 export PYTHONPATH="$work/site"
 python -c "import seastar_layers, sys; assert seastar_layers.__file__.startswith('$work/site'), seastar_layers.__file__"
-SEASTAR_CACHE_DIR="$work/cache" python -m pytest -q -p no:cacheprovider \
+SEASTAR_CACHE_DIR="$work/cache" python -m pytest -q -p no:cacheprovider -n auto --dist worksteal \
   "$repo/tests/test_pyg_layers.py" "$repo/tests/test_dgl_layers.py" "$repo/tests/test_prebuilt.py"

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch_geometric.nn as pyg_nn
 import test_dgl_layers as dgl_tests
-from helpers import random_graph, stock_dropout_replays
+from helpers import options_id, random_graph, stock_dropout_replays
 from test_pyg_layers import F_IN, GAT_OPTIONS, N, data, pair
 
 from seastar_layers.compat import import_dgl
@@ -310,7 +310,7 @@ def check_dgl(ref, ours, *args):
     return got
 
 
-@pytest.mark.parametrize("options", dgl_tests.GAT_OPTIONS, ids=str)
+@pytest.mark.parametrize("options", dgl_tests.GAT_OPTIONS, ids=options_id)
 def test_dgl_attention(options):
     ref, ours = dgl_tests.pair("GATConv", in_feats=dgl_tests.F_IN, out_feats=4, **options)
     g = dgl_tests.graph()

@@ -7,7 +7,7 @@ from seastar_layers.compat import import_dgl
 dgl = import_dgl()
 import seastar_layers.dgl as sd  # noqa: E402
 from seastar_layers.graph import Graph  # noqa: E402
-from helpers import LEADING_ROWS_CASES, RecordingOp, leading_rows_cases  # noqa: E402
+from helpers import LEADING_ROWS_CASES, RecordingOp, leading_rows_cases, options_id  # noqa: E402
 
 N, F_IN = 31, 10
 
@@ -65,7 +65,7 @@ GAT_OPTIONS = [dict(num_heads=1), dict(num_heads=4), dict(num_heads=2, negative_
                dict(num_heads=2, activation=torch.nn.functional.elu), dict(num_heads=2, feat_drop=0.3, attn_drop=0.3)]
 
 
-@pytest.mark.parametrize("options", GAT_OPTIONS, ids=str)
+@pytest.mark.parametrize("options", GAT_OPTIONS, ids=options_id)
 def test_gat_options(options):
     ref, ours = pair("GATConv", in_feats=F_IN, out_feats=4, **options)
     check(ref, ours, graph(), x())

@@ -20,7 +20,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import torch_geometric.nn as pyg_nn
-from helpers import assert_unbiased, draws, random_graph
+from helpers import assert_unbiased, draws, options_id, random_graph
 from test_cuda_dialect import HALF_TOLERANCE, gat, hub_graph, per_head_dot, sum_max
 from test_language import CASES, N, features, weighted_sum
 from test_pyg_layers import GAT_OPTIONS as PYG_GAT_OPTIONS
@@ -161,11 +161,6 @@ def against_cpu(fn, args, tol=EXACT, layer_on=None):
     want, got = results
     assert_same(got, want, "device vs CPU", tol)
     return got
-
-
-def options_id(options) -> str:
-    """A test id without spaces (scripts/gpu_check.sh passes test ids on a command line)."""
-    return ",".join(f"{k}={getattr(v, '__name__', v)}" for k, v in options.items()) if options else "defaults"
 
 
 # --- the language ------------------------------------------------------------------------------
