@@ -17,13 +17,13 @@ def options_id(options) -> str:
 
 def checked_variants(family, dtypes=None):
     """(options, dtype, program, example features) of an op family: every variant the extension holds
-    (its PREBUILT_DTYPES on the CPU), and in each dtype compiled on first use a sample of the same
-    generator's output: no option, each option alone, all but one and all (each of those takes a JIT
-    build of seconds; all 64 of GAT's would take minutes per dtype)."""
-    from seastar_layers.nn.programs import PREBUILT_DTYPES
+    on the CPU (nn/programs.py: is_prebuilt), and of those compiled on first use a sample of the same
+    generator's output: no option, each option alone, all but one and all (each takes a JIT build of
+    seconds; all 64 of GAT's would take minutes per dtype)."""
+    from seastar_layers.nn.programs import is_prebuilt
 
     for options, dtype, program, features in family.variants(dtypes):
-        if dtype in PREBUILT_DTYPES["cpu"] or len(options) <= 1 or len(options) >= len(family.options) - 1:
+        if is_prebuilt("cpu", options, dtype) or len(options) <= 1 or len(options) >= len(family.options) - 1:
             yield options, dtype, program, features
 
 

@@ -14,7 +14,7 @@ import seastar_layers as sl
 from seastar_layers.codegen.torch_entry import FOR_BACKWARD, variant_key
 from seastar_layers.runtime import library
 from seastar_layers.graph import csr_layouts
-from seastar_layers.nn.programs import FAMILIES, GAT_ATTENTION, PREBUILT_DTYPES, WEIGHTED_SUM, prebuilt_variants
+from seastar_layers.nn.programs import FAMILIES, GAT_ATTENTION, WEIGHTED_SUM, prebuilt_variants
 from seastar_layers.runtime.executor import COMPUTE_DTYPE
 
 N = 9
@@ -187,7 +187,8 @@ def test_int32_and_int64_graphs_give_the_same_results():
     wide = sl.Graph._from_checked([t.long() for t in GRAPH.tensors()], N, N)
     assert GRAPH.in_src.dtype == torch.int32 and wide.in_src.dtype == torch.int64
     for family in FAMILIES:
-        for k, (options, dtype, _, features) in enumerate(family.variants(PREBUILT_DTYPES["cpu"])):
+        prebuilt = [(options, dtype, features) for f, options, dtype, _, features in prebuilt_variants() if f is family]
+        for k, (options, dtype, features) in enumerate(prebuilt):
             tensors = {n: t.requires_grad_() for n, t in random_inputs(family, features, k, SIZES[0], options).items()
                        if n != "seed"}
             switches = {s: True for s in family.switches if s in options}
@@ -967,8 +968,8 @@ def test_one_kernel_per_option_and_dtype():
     """Declared shapes: the extension holds one variant per set of options and dtype (272 in all;
     for_backward doubles GAT's, and those it leaves the same share their kernels)."""
     assert [len(list(f.variants())) for f in FAMILIES] == [256, 8, 8]
-    # the install compiles float32's on the CPU, every dtype's for CUDA
-    assert [sum(v[0] is f for v in prebuilt_variants("cpu")) for f in FAMILIES] == [64, 2, 2]
+    # the install compiles float32's on the CPU, without attention weights or masks; every one for CUDA
+    assert [sum(v[0] is f for v in prebuilt_variants("cpu")) for f in FAMILIES] == [16, 2, 2]
     assert [sum(v[0] is f for v in prebuilt_variants("cuda")) for f in FAMILIES] == [256, 8, 8]
 
 
@@ -1010,15 +1011,16 @@ def test_a_variant_the_install_leaves_out_is_compiled_once_on_first_use(tmp_path
 
 
 def test_without_the_jit_a_variant_left_out_says_what_to_do(monkeypatch):
-    """SEASTAR_NO_JIT=1 and a float16 variant the extension does not hold: the op raises, naming the
-    dtype, the variable and the dtypes that need no compiler; the float32 variant runs."""
+    """SEASTAR_NO_JIT=1 and a float16 variant with options the extension does not hold: the op raises,
+    naming the variant, the variable and what needs no compiler; a prebuilt float32 variant runs."""
     monkeypatch.setenv("SEASTAR_NO_JIT", "1")
     x = torch.randn(N, 3, 2)
     with pytest.raises(RuntimeError, match=r"float16\|a_edge\|mask\|with_attention and could not compile it on first "
-                                           r"use: .*prebuilds the layers' CPU kernels in float32 .*SEASTAR_NO_JIT"):
+                                           r"use: .*prebuilds the layers' CPU kernels in float32, except those with "
+                                           r"mask or with_attention, .*SEASTAR_NO_JIT"):
         GAT_ATTENTION(GRAPH, a_src=x[..., :1].half(), x=x.half(), slope=torch.tensor(0.2), a_edge=torch.randn(
             GRAPH.num_edges, 3, 1).half(), mask=torch.ones(GRAPH.num_edges, 3, 1).half(), with_attention=True)
-    out, _ = GAT_ATTENTION(GRAPH, a_src=x[..., :1], x=x, slope=torch.tensor(0.2), with_attention=True)
+    out, = GAT_ATTENTION(GRAPH, a_src=x[..., :1], x=x, slope=torch.tensor(0.2))
     assert out.shape == (N, 3, 2)
 
 

@@ -21,6 +21,15 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # What the install compiles, per target: on the CPU the layers' default dtype, as the other three are
 # rare there and would triple the build; on a GPU every dtype, as autocast runs the layers in half.
 PREBUILT_DTYPES = {"cpu": (torch.float32,), "cuda": DTYPES}
+# Options a layer takes only when asked (its attention weights returned; DGL's edge weights or PyG's
+# explanation mask in GAT's softmax): on the CPU their variants compile on first use too, as they
+# were three quarters of the GAT variants the install compiled.
+FIRST_USE_OPTIONS = {"cpu": frozenset({"mask", "with_attention"}), "cuda": frozenset()}
+
+
+def is_prebuilt(target: str, options, dtype: torch.dtype) -> bool:
+    """Whether the install compiles this variant for `target` ("cpu" or "cuda")."""
+    return dtype in PREBUILT_DTYPES[target] and not FIRST_USE_OPTIONS[target].intersection(options)
 GAT_SHAPES = {"a_src": ("heads", 1), "a_dst": ("heads", 1), "a_edge": ("heads", 1), "mask": ("heads", 1),
               "x": ("heads", "channels")}
 # GAT's hidden layer as its paper, PyG's and DGL's examples and our benchmarks have it: kernels of its
@@ -118,13 +127,13 @@ WEIGHTED_SUM = OpFamily(weighted_sum, required=("x",), params=(), optional=(("w"
 APPNP_STEP = OpFamily(appnp_step, required=("x", "h"), params=("alpha", "keep"), optional=(("w", "with_weight"),),
                       example={"x": (N, 3), "h": (N, 3), "w": (E,)})
 FAMILIES = (GAT_ATTENTION, WEIGHTED_SUM, APPNP_STEP)
-library.register(FAMILIES, PREBUILT_DTYPES)
+library.register(FAMILIES, PREBUILT_DTYPES, FIRST_USE_OPTIONS)
 
 
 def prebuilt_variants(target: str = "cpu"):
     """(family, options, dtype, program, example features) for every specialisation the install compiles
-    for `target`: every option, in its PREBUILT_DTYPES (the shapes are declared, so the example sizes do
-    not matter)."""
+    for `target` (is_prebuilt; the shapes are declared, so the example sizes do not matter)."""
     for family in FAMILIES:
         for options, dtype, program, features in family.variants(PREBUILT_DTYPES[target]):
-            yield family, options, dtype, program, features
+            if is_prebuilt(target, options, dtype):
+                yield family, options, dtype, program, features

@@ -122,14 +122,15 @@ def _fake_backward(family, graph, *args):
 
 
 _FAMILIES: dict[str, object] = {}  # by name: the families build_variant compiles for
-_PREBUILT_DTYPES: dict[str, tuple] = {}  # per target, the dtypes the install compiles (for messages)
+_PREBUILT: dict[str, tuple] = {}  # per target, (the dtypes the install compiles, the options it leaves out)
 
 
-def register(families: Iterable, prebuilt_dtypes: dict[str, tuple]) -> None:
+def register(families: Iterable, prebuilt_dtypes: dict[str, tuple], first_use_options: dict[str, frozenset]) -> None:
     """Registers the Python side (fake implementations) of the ops the extension defines, and where
     the extension has no CUDA kernels, their CUDA implementation through the JIT (_jit_forward).
-    prebuilt_dtypes: per target, the dtypes the install compiles; build_variant serves the others."""
-    _PREBUILT_DTYPES.update(prebuilt_dtypes)
+    Per target, the install compiles the variants in prebuilt_dtypes without first_use_options;
+    build_variant serves the others (and names them in its messages)."""
+    _PREBUILT.update((target, (dtypes, first_use_options[target])) for target, dtypes in prebuilt_dtypes.items())
     if _UNAVAILABLE is not None:
         return
     for family in families:
@@ -159,12 +160,14 @@ def build_variant(op: str, cuda: bool, key: str) -> None:
     family = _FAMILIES[op.removeprefix(f"{NAMESPACE}::")]
     dtype_name, *options = key.split("|")
     dtype = next(d for d, name in DTYPE_NAMES.items() if name == dtype_name)
-    device = "CUDA" if cuda else "CPU"
-    prebuilt_dtypes = ", ".join(DTYPE_NAMES[d] for d in _PREBUILT_DTYPES["cuda" if cuda else "cpu"])
+    device, target = ("CUDA", "cuda") if cuda else ("CPU", "cpu")
     if not config.jit_enabled():
-        raise BuildError(f"the install prebuilds the layers' {device} kernels in {prebuilt_dtypes} and compiles the "
-                         f"others on first use ({dtype_name} here), which SEASTAR_NO_JIT=1 forbids; unset "
-                         f"SEASTAR_NO_JIT, or give the layer {prebuilt_dtypes} features")
+        dtypes = ", ".join(DTYPE_NAMES[d] for d in _PREBUILT[target][0])
+        left_out = " or ".join(sorted(_PREBUILT[target][1]))
+        raise BuildError(f"the install prebuilds the layers' {device} kernels in {dtypes}"
+                         f"{f', except those with {left_out},' if left_out else ''} and compiles the others on first "
+                         f"use, as {key} here, which SEASTAR_NO_JIT=1 forbids; unset SEASTAR_NO_JIT (each is compiled "
+                         f"once, then cached), or give the layer {dtypes} features")
     tools = toolchain.for_device(torch.device("cuda")) if cuda else toolchain.CPU
     announce = (f"seastar_layers: compiling {family.name} ({key}) for the {device} on first use; cached in "
                 f"{config.cache_dir()}")
