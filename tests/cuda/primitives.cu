@@ -203,7 +203,11 @@ __global__ void probe_dynamic_shared(unsigned* before, unsigned* after, unsigned
 }
 
 EXPORT int set_dynamic_shared_limit(int bytes) {
-  return static_cast<int>(cudaFuncSetAttribute(probe_dynamic_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  const cudaError_t code = cudaFuncSetAttribute(probe_dynamic_shared, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  // returned here, so taken off the error state, as seastar_cuda.h's callers do: else the next launch
+  // in this process (another test's) would report it
+  (void)cudaGetLastError();
+  return static_cast<int>(code);
 }
 
 EXPORT int run_dynamic_shared(unsigned* before, unsigned* after, unsigned words, unsigned blocks, unsigned threads) {
