@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <mutex>
@@ -39,6 +40,9 @@ namespace seastar {
 
 constexpr int64_t kSerialWork = 32768;  // elements: torch's grain size (at::internal::GRAIN_SIZE)
 
+constexpr int kMaxOptions = 6;                     // what a family's resolved variants are indexed by:
+constexpr int kResolvedSlots = 4 << kMaxOptions;  // 4 dtypes x its options (given or not)
+
 struct Family {
   const char* op;  // "seastar_layers::<name>"
   const char* const* arguments;  // the op's tensor arguments after the graph, in schema order
@@ -53,6 +57,9 @@ struct Family {
   int num_cuda;
   int seed;                      // the seed argument's index (not an option: it selects no variant), or -1
   int for_backward;              // the index of the switch for_backward among the switches, or -1
+  // the variant each (device, dtype, options) resolved to, once found: the calls after the first index it
+  // (variant_slot) instead of building and comparing its key; filled in at run time, null until then
+  mutable std::array<std::atomic<const Variant*>, kResolvedSlots> resolved[2];
 };
 
 using Arguments = std::vector<const at::Tensor*>;  // null: an optional argument not given
@@ -82,16 +89,41 @@ inline std::string variant_key(const Family& f, at::ScalarType dtype, const Argu
   return key;
 }
 
+// Family::resolved's index of a dtype and the options given: the dtype's place and one bit per option (the
+// optional arguments but the seed, then the switches); -1 for another dtype or a family of more options.
+inline int variant_slot(const Family& f, at::ScalarType dtype, const Arguments& args, const Switches& switches) {
+  int place = -1;
+  switch (dtype) {
+    case at::kFloat: place = 0; break;
+    case at::kDouble: place = 1; break;
+    case at::kHalf: place = 2; break;
+    case at::kBFloat16: place = 3; break;
+    default: return -1;
+  }
+  int bits = 0, option = 0;
+  for (int i = f.first_optional; i < f.num_arguments; ++i)
+    if (i != f.seed) bits |= (args[i] != nullptr) << option++;
+  for (int i = 0; i < f.num_switches; ++i) bits |= switches[i] << option++;
+  return option <= kMaxOptions ? place << kMaxOptions | bits : -1;
+}
+
 // The variant these arguments select on CUDA or the CPU: one the extension was built with, else one added
 // since (added_variant: with `build`, compiled now). Null where there is none, with `why` where building failed.
 inline const Variant* find_variant(const Family& f, bool cuda, at::ScalarType dtype, const Arguments& args,
                                    const Switches& switches, bool build = false, std::string* why = nullptr) {
+  const int slot = variant_slot(f, dtype, args, switches);
+  if (slot >= 0)
+    if (const Variant* found = f.resolved[cuda][slot].load(std::memory_order_acquire)) return found;
   const std::string key = variant_key(f, dtype, args, switches);
   const Variant* table = cuda ? f.cuda : f.cpu;
   const int count = cuda ? f.num_cuda : f.num_cpu;
-  for (int v = 0; v < count; ++v)
-    if (key == table[v].key) return &table[v];
-  return added_variant(f.op, cuda, key, build, why);
+  const Variant* found = nullptr;
+  for (int v = 0; v < count && found == nullptr; ++v)
+    if (key == table[v].key) found = &table[v];
+  if (found == nullptr) found = added_variant(f.op, cuda, key, build, why);
+  // both kinds live as long as the process, so the slot may keep pointing at it
+  if (found != nullptr && slot >= 0) f.resolved[cuda][slot].store(found, std::memory_order_release);
+  return found;
 }
 
 // as Python spells it, for messages
