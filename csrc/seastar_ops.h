@@ -67,14 +67,19 @@ using Switches = std::vector<bool>;
 
 inline const at::Tensor* given(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
 
+// The feature dtypes the ops take, in torch_entry.py's order (DTYPE_NAMES); a dtype's place indexes Family::resolved.
+constexpr at::ScalarType kDtypes[] = {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16};
+constexpr const char* kDtypeNames[] = {"float32", "float64", "float16", "bfloat16"};
+
+inline int dtype_place(at::ScalarType t) {
+  for (int k = 0; k < 4; ++k)
+    if (kDtypes[k] == t) return k;
+  return -1;
+}
+
 inline const char* dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    default: return nullptr;
-  }
+  const int place = dtype_place(t);
+  return place >= 0 ? kDtypeNames[place] : nullptr;
 }
 
 // A variant's key: the features' dtype, the optional arguments given (the seed selects none) and the switches
@@ -92,14 +97,8 @@ inline std::string variant_key(const Family& f, at::ScalarType dtype, const Argu
 // Family::resolved's index of a dtype and the options given: the dtype's place and one bit per option (the
 // optional arguments but the seed, then the switches); -1 for another dtype or a family of more options.
 inline int variant_slot(const Family& f, at::ScalarType dtype, const Arguments& args, const Switches& switches) {
-  int place = -1;
-  switch (dtype) {
-    case at::kFloat: place = 0; break;
-    case at::kDouble: place = 1; break;
-    case at::kHalf: place = 2; break;
-    case at::kBFloat16: place = 3; break;
-    default: return -1;
-  }
+  const int place = dtype_place(dtype);
+  if (place < 0) return -1;
   int bits = 0, option = 0;
   for (int i = f.first_optional; i < f.num_arguments; ++i)
     if (i != f.seed) bits |= (args[i] != nullptr) << option++;

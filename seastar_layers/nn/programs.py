@@ -22,14 +22,9 @@ DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # rare there and would triple the build; on a GPU every dtype, as autocast runs the layers in half.
 PREBUILT_DTYPES = {"cpu": (torch.float32,), "cuda": DTYPES}
 # Options a layer takes only when asked (its attention weights returned; DGL's edge weights or PyG's
-# explanation mask in GAT's softmax): on the CPU their variants compile on first use too, as they
-# were three quarters of the GAT variants the install compiled.
+# explanation mask in GAT's softmax): on the CPU their variants compile on first use too, as they are
+# three quarters of GAT's variants.
 FIRST_USE_OPTIONS = {"cpu": frozenset({"mask", "with_attention"}), "cuda": frozenset()}
-
-
-def is_prebuilt(target: str, options, dtype: torch.dtype) -> bool:
-    """Whether the install compiles this variant for `target` ("cpu" or "cuda")."""
-    return dtype in PREBUILT_DTYPES[target] and not FIRST_USE_OPTIONS[target].intersection(options)
 GAT_SHAPES = {"a_src": ("heads", 1), "a_dst": ("heads", 1), "a_edge": ("heads", 1), "mask": ("heads", 1),
               "x": ("heads", "channels")}
 # GAT's hidden layer as its paper, PyG's and DGL's examples and our benchmarks have it: kernels of its
@@ -128,6 +123,11 @@ APPNP_STEP = OpFamily(appnp_step, required=("x", "h"), params=("alpha", "keep"),
                       example={"x": (N, 3), "h": (N, 3), "w": (E,)})
 FAMILIES = (GAT_ATTENTION, WEIGHTED_SUM, APPNP_STEP)
 library.register(FAMILIES, PREBUILT_DTYPES, FIRST_USE_OPTIONS)
+
+
+def is_prebuilt(target: str, options, dtype: torch.dtype) -> bool:
+    """Whether the install compiles this variant for `target` ("cpu" or "cuda")."""
+    return dtype in PREBUILT_DTYPES[target] and not FIRST_USE_OPTIONS[target].intersection(options)
 
 
 def prebuilt_variants(target: str = "cpu"):
