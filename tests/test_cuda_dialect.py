@@ -167,6 +167,31 @@ def test_half_precision_accumulates_in_float32(monkeypatch, backend, dtype):
         torch.testing.assert_close(g_half.double(), g_wide, atol=tol * 4, rtol=tol * 4)
 
 
+def test_fast_path_kernels_take_their_width_and_scratch_as_constants():
+    """GAT's 8 x 8 kernels know their group width (constexpr lanes, the launch's own: 32 for 64-wide
+    rows) and keep scratch in shared memory only, with no global-scratch branch at their launch; the
+    generic kernels read both at run time. Inputs a kernel only reads are const, and every kernel is
+    held to 64 registers (float32)."""
+    variant = next(v for v in prebuilt_variants("cuda") if v[0].name == "gat_attention" and v[2] == torch.float32
+                   and set(v[1]) == {"a_dst"})
+    source = variant[3].source("cuda", **variant[4])
+    kernels = re.split(r"(?=__global__ void)", source)[1:]
+    fast = [k for k in kernels if re.search(r"_fast\d+\(", k.split("\n", 1)[0])]
+    generic = [k for k in kernels if k not in fast]
+    assert fast and generic
+    for kernel in fast:
+        assert "constexpr int lanes = 32;" in kernel
+        assert "p.scratch != nullptr" not in kernel
+    for kernel in generic:
+        assert "const int lanes = p.lanes;" in kernel
+    for kernel in kernels:
+        assert kernel.startswith("__global__ void __launch_bounds__(256, 4)")
+        assert re.search(r"const scalar_t\* __restrict__ b\d+ = \(const scalar_t\*\)p\.buffers\[\d+\];  // feature:x@",
+                         kernel)
+    fast_launches = source.split("// fast path 0")[1].split("\n  }\n")[0]
+    assert "cudaMallocAsync" not in fast_launches and "p.lanes = lanes;" in fast_launches
+
+
 # --- nvcc: every generated kernel compiles for the GPUs we build for ----------------------------
 NVCC = shutil.which(toolchain.config.nvcc())
 

@@ -195,12 +195,13 @@ class CpuDialect(Dialect):
             return "(acc_t)INFINITY" if value > 0 else "(-(acc_t)INFINITY)"
         return f"(acc_t){value!r}"
 
-    def kernel_open(self, name: str, params: str, fast: bool = False) -> list[str]:
+    def kernel_open(self, name: str, params: str, fast: bool = False, dtype: str = "float32") -> list[str]:
         if fast:
             return [*FAST_CLONES, f"static void {name}(const {params}& p) {{"]
         return [f"SEASTAR_CLONES static void {name}(const {params}& p) {{"]
 
-    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool) -> list[str]:
+    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool, widest: int | None = None,
+                      scratch: int | None = None) -> list[str]:
         lines = ["#pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)",
                  f"for (int64_t r = 0; r < {n_rows}; ++r) {{"]
         if uses_scratch:

@@ -203,7 +203,7 @@ class KernelRenderer:
                 if d in axes:
                     coords.append(f"j{d}")
                     if extent != 1:
-                        headers.append(f"for (int64_t j{d} = 0; j{d} < {extent}; ++j{d})")
+                        headers.append(f"for ({self.d.element_index} j{d} = 0; j{d} < {extent}; ++j{d})")
                     out_axis += keepdim
                 else:
                     coords.append(loop.coords[out_axis])
@@ -327,7 +327,7 @@ class KernelRenderer:
             if d in axes:
                 x_coords.append(f"r{i}_{d}")
                 if extent != 1:
-                    headers.append(f"for (int64_t r{i}_{d} = 0; r{i}_{d} < {extent}; ++r{i}_{d})")
+                    headers.append(f"for ({self.d.element_index} r{i}_{d} = 0; r{i}_{d} < {extent}; ++r{i}_{d})")
                 out_axis += keepdim
             else:
                 x_coords.append(out[out_axis])
@@ -780,29 +780,49 @@ class KernelRenderer:
         body = self.render_rows()
         n_rows = "p.num_dst" if dst else "p.num_src"
         csr = 0 if dst else 3
-        self.emit(*self.d.kernel_open(self.name, self.params, fast=bool(self.pinned)))
+        self.emit(*self.d.kernel_open(self.name, self.params, fast=bool(self.pinned), dtype=self.dtype))
         self.depth = 1
         self.emit(f"// {'dst' if dst else 'src'} rows, {len(self.k.loops)} loop(s) over their "
                   f"{'in' if dst else 'out'}-edges")
-        self.emit(*dim_declarations(symbols_of(b.shape for b in self.s.buffers), "p.dims", self.pinned))
+        self.emit(*dim_declarations(symbols_of(b.shape for b in self.s.buffers), "p.dims", self.pinned,
+                                    self.d.element_index))
         self.emit(f"const seastar_indices indptr{{p.graph[{csr}], p.wide_indices}};",
                   f"const seastar_indices nbrs{{p.graph[{csr + 1}], p.wide_indices}};",
                   f"const seastar_indices eids{{p.graph[{csr + 2}], p.wide_indices}};",
                   f"const seastar_indices order{{p.graph[{6 if dst else 7}], p.wide_indices}};",
                   "(void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each")
-        used = set(re.findall(r"\bb(\d+)\b", "\n".join(body + (chunked or []))))
+        text = "\n".join(body + (chunked or []))
+        used = set(re.findall(r"\bb(\d+)\b", text))
+        written = set(re.findall(r"\bb(\d+)\[[^\]]*\] = ", text))
         for key, k in self.buffer_index.items():
             if str(k) in used:
-                ctype = self.buffers[key].c_type
+                # read-only inputs say so: nvcc may then load them through the read-only data path
+                ctype = ("" if str(k) in written else "const ") + self.buffers[key].c_type
                 self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
+        widest, scratch = self.known(self.sizes, max), self.known(self.scratch_sizes, sum)
         if chunked is None:
-            self.row_loop(n_rows, body, bool(self.scratch_sizes), "  ")
+            self.row_loop(n_rows, body, bool(self.scratch_sizes), "  ", widest, scratch)
         else:
             self.render_source_chunks(n_rows, "p.num_src" if dst else "p.num_dst", row_bytes, body, chunked)
         self.depth = 0
         self.emit("}")
-        scratch = " + ".join(f"({s})" for s in self.scratch_sizes) or "0"
-        return "\n".join(self.lines), n_rows, scratch, c_max(sorted({str(s) for s in self.sizes}))
+        return ("\n".join(self.lines), n_rows,
+                str(scratch) if scratch is not None else " + ".join(f"({s})" for s in self.scratch_sizes) or "0",
+                str(widest) if widest is not None else c_max(sorted({str(s) for s in self.sizes})))
+
+    def known(self, sizes: list, combine) -> int | None:
+        """combine (max, sum) of element counts where the pinned sizes fix every one (a fast path's
+        kernel), else None: the dialect then sizes its groups and scratch at run time."""
+        values = []
+        for size in sizes:
+            total = 1
+            for factor in str(size).split(" * "):
+                value = self.pinned.get(factor, int(factor) if factor.isdigit() else None)
+                if value is None:
+                    return None
+                total *= value
+            values.append(total)
+        return combine(values, default=0) if combine is max else combine(values)
 
     def render_source_chunks(self, n_rows: str, n_nbrs: str, row_bytes: str, body: list[str], chunked: list[str]):
         """The row loop of a sweep whose gathered rows overflow a core's cache, once per chunk of
@@ -840,10 +860,11 @@ class KernelRenderer:
         self.row_loop(n_rows, body, uses_scratch, "  ")
         self.emit("}", "std::free(partial);", "std::free(cursor);")
 
-    def row_loop(self, n_rows: str, body: list[str], uses_scratch: bool, indent: str):
+    def row_loop(self, n_rows: str, body: list[str], uses_scratch: bool, indent: str, widest: int | None = None,
+                 scratch: int | None = None):
         """The dialect's loop over the rows around `body`, every line indented by `indent`."""
-        self.lines.extend(indent + line for line in [*self.d.row_loop_open(n_rows, "order", uses_scratch), *body,
-                                                      *self.d.row_loop_close()])
+        opening = self.d.row_loop_open(n_rows, "order", uses_scratch, widest, scratch)
+        self.lines.extend(indent + line for line in [*opening, *body, *self.d.row_loop_close()])
 
 
 def index_helpers(dialect: Dialect) -> list[str]:
@@ -892,11 +913,13 @@ def varies_along(shape, target, axis: int) -> bool:
     return aligned >= 0 and shape[aligned] != 1
 
 
-def dim_declarations(symbols: list[str], source: str, pinned: dict[str, int] | None = None) -> list[str]:
+def dim_declarations(symbols: list[str], source: str, pinned: dict[str, int] | None = None,
+                     c_type: str = "int64_t") -> list[str]:
     """The sizes of a shape-generic kernel, by name: read at run time, or constants where pinned."""
     pinned = pinned or {}
-    return [f"const int64_t {sym} = {pinned[sym] if sym in pinned else f'{source}[{int(sym[1:])}]'}; (void){sym};"
-            for sym in symbols]
+    cast = "" if c_type == "int64_t" else f"({c_type})"
+    return [f"const {c_type} {sym} = {pinned[sym] if sym in pinned else f'{cast}{source}[{int(sym[1:])}]'}; "
+            f"(void){sym};" for sym in symbols]
 
 
 # The dtypes whose kernels get compile's fast paths. Each fast path compiles every kernel again

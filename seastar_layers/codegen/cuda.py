@@ -16,6 +16,9 @@ from ..ir.program import strides
 from .dialect import COMPUTE_TYPE, BlockLayout, Dialect, ElementLoop
 
 THREADS = 256  # threads per block
+# blocks an SM must hold at once: caps a float32 kernel at 64 registers (half the SM's warps
+# resident), which GAT's kernels of run-time sizes otherwise exceed 2-4x (benchmarks/gpu_registers.py)
+MIN_BLOCKS = 4
 SLOTS = 4  # register accumulators per lane in a blocked loop
 REPLICATE_LIMIT = 4  # elements of a value every lane computes whole
 SHARED_DEFAULT = 48 * 1024  # bytes of dynamic shared memory a block gets without opting in
@@ -27,11 +30,28 @@ FLOAT_MATH = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "fabs": "fabsf", "t
               "pow": "powf", "erf": "erff"}
 
 
+def group_width(widest: int) -> int:
+    """Threads per row for a kernel whose widest value has `widest` elements (run_kernels' rule)."""
+    lanes = 1
+    while lanes < 32 and lanes < widest:
+        lanes *= 2
+    return lanes
+
+
+def in_shared_memory(widest, scratch) -> bool:
+    """Whether a kernel's scratch is known at generation time (a fast path's: sizes pinned) to fit the
+    shared memory every device gives a block without opting in, even with 8-byte accumulators."""
+    if not (str(widest).isdigit() and str(scratch).isdigit()):
+        return False
+    return THREADS // group_width(int(widest)) * int(scratch) * 8 <= SHARED_DEFAULT
+
+
 class CudaDialect(Dialect):
     name = "cuda"
     file_suffix = ".cu"
     inline_function = "static __host__ __device__ inline"
     member_function = "__host__ __device__ inline"
+    element_index = "int"  # 32-bit: a row's element arithmetic, divisions included, in one register each
 
     def preamble(self, dtype: str) -> str:
         return '#include <algorithm>\n#include <cstdint>\n#include "seastar_cuda.h"\n'
@@ -56,17 +76,28 @@ class CudaDialect(Dialect):
             return f"(acc_t)__int_as_float({'0x7f800000' if value > 0 else '(int)0xff800000'})"
         return f"(acc_t){value!r}"
 
-    def kernel_open(self, name: str, params: str, fast: bool = False) -> list[str]:
-        return [f"__global__ void __launch_bounds__({THREADS}) {name}(const {params} p) {{"]
+    def kernel_open(self, name: str, params: str, fast: bool = False, dtype: str = "float32") -> list[str]:
+        # a double takes two registers: float64 kernels get twice the budget
+        min_blocks = MIN_BLOCKS if COMPUTE_TYPE[dtype] == "float32" else MIN_BLOCKS // 2
+        return [f"__global__ void __launch_bounds__({THREADS}, {min_blocks}) {name}(const {params} p) {{"]
 
-    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool) -> list[str]:
-        lines = ["const int lanes = p.lanes;  // threads per row: a power of two up to 32",
+    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool, widest: int | None = None,
+                      scratch: int | None = None) -> list[str]:
+        # a width known here makes every element loop's trip count constant: unrolled, its gathers
+        # issued together, its slot branches gone (run_kernels launches with the same width)
+        lanes = ("const int lanes = p.lanes;  // threads per row: a power of two up to 32" if widest is None else
+                 f"constexpr int lanes = {group_width(widest)};  // threads per row, as run_kernels launches")
+        lines = [lanes,
                  "const int lane = threadIdx.x & (lanes - 1);",
                  "const unsigned group_mask = lanes == 32 ? 0xffffffffu",
                  "                            : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));",
                  "const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);",
                  "(void)lane; (void)group_mask;"]
-        if uses_scratch:
+        if uses_scratch and in_shared_memory(widest, scratch):
+            # only ever shared memory: nvcc sees its address space and emits shared loads and stores
+            lines += ["SEASTAR_DYNAMIC_SHARED(acc_t, shared);",
+                      f"acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * {scratch};"]
+        elif uses_scratch:
             # a row's values in the block's shared memory, or (rows too wide for it) in global memory
             lines += ["SEASTAR_DYNAMIC_SHARED(acc_t, shared);",
                       "acc_t* __restrict__ scratch = p.scratch != nullptr",
@@ -96,7 +127,7 @@ class CudaDialect(Dialect):
     def element_loop(self, shape, size, replicated: bool) -> ElementLoop:
         if replicated:  # every lane, every element: plain nested loops
             coords = [f"i{d}" for d in range(len(shape))]
-            header = " ".join(f"for (int64_t {v} = 0; {v} < {n}; ++{v})"
+            header = " ".join(f"for (int {v} = 0; {v} < {n}; ++{v})"
                               for v, n in zip(coords, shape, strict=True) if n != 1)
             return ElementLoop(tuple(shape), [header + " {"] if header else ["{"], ["}"], coords)
         coords, declarations = [], {}
@@ -107,9 +138,9 @@ class CudaDialect(Dialect):
                 continue
             quotient = "f" if stride == 1 else f"(f / ({stride}))"
             coordinate = quotient if d == non_unit[0] else f"({quotient} % ({extent}))"
-            declarations[f"i{d}"] = f"const int64_t i{d} = {coordinate};"
+            declarations[f"i{d}"] = f"const int i{d} = {coordinate};"
             coords.append(f"i{d}")
-        return ElementLoop(tuple(shape), [f"for (int64_t f = lane; f < {size}; f += lanes) {{"], ["}"], coords,
+        return ElementLoop(tuple(shape), [f"for (int f = lane; f < {size}; f += lanes) {{"], ["}"], coords,
                            flat="f", declarations=declarations)
 
     def sync(self) -> list[str]:
@@ -123,10 +154,10 @@ class CudaDialect(Dialect):
         for d, (extent, stride) in enumerate(zip(shape, strides(shape), strict=True)):
             quotient = "f" if stride == 1 else f"(f / ({stride}))"
             coords.append("0" if extent == 1 else quotient if d == non_unit[0] else f"({quotient} % ({extent}))")
-        return BlockLayout([f"for (int64_t f0 = 0; f0 < {size}; f0 += (int64_t)lanes * {SLOTS}) {{"], ["}"], SLOTS,
+        return BlockLayout([f"for (int f0 = 0; f0 < {size}; f0 += lanes * {SLOTS}) {{"], ["}"], SLOTS,
                            [(None, str(SLOTS), None)],
                            ["#pragma unroll", "for (int k = 0; k < WIDTH; ++k) {",
-                            "  const int64_t f = f0 + lane + (int64_t)lanes * k;", "  if (f < SIZE) {"],
+                            "  const int f = f0 + lane + lanes * k;", "  if (f < SIZE) {"],
                            ["  }", "}"], coords, "f", non_unit[-1], None)
 
     def run_kernels(self, kernels: list, params: str) -> list[str]:
@@ -144,23 +175,26 @@ class CudaDialect(Dialect):
                 "  int64_t shared = groups_per_block * row_bytes;",
                 f"  const int64_t rows = {n_rows};",
                 "  int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);",
-                "  p.scratch = nullptr;",
-                "  // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on",
-                "  // sm_86/89), or where the opt-in is refused, scratch goes to global memory",
-                "  bool global_scratch = shared > seastar_shared_optin();",
-                f"  if (!global_scratch && shared > {SHARED_DEFAULT} && cudaFuncSetAttribute(",
-                f"      {name}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {{",
-                "    (void)cudaGetLastError();",
-                "    global_scratch = true;",
-                "  }",
-                "  if (global_scratch) {",
-                f"    // for as many groups as {GLOBAL_SCRATCH_BUDGET >> 20} MiB hold (they take rows grid-stride)",
-                f"    blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, {GLOBAL_SCRATCH_BUDGET} / shared));",
-                "    if (rows > 0 &&",
-                "        cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)",
-                f"      return seastar_fail(-1, \"cudaMallocAsync of {name}'s per-row scratch: out of GPU memory\");",
-                "    shared = 0;",
-                "  }",
+                "  p.scratch = nullptr;"]
+            if not in_shared_memory(widest, scratch):  # the kernel also takes global scratch
+                lines += [
+                    "  // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on",
+                    "  // sm_86/89), or where the opt-in is refused, scratch goes to global memory",
+                    "  bool global_scratch = shared > seastar_shared_optin();",
+                    f"  if (!global_scratch && shared > {SHARED_DEFAULT} && cudaFuncSetAttribute(",
+                    f"      {name}, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {{",
+                    "    (void)cudaGetLastError();",
+                    "    global_scratch = true;",
+                    "  }",
+                    "  if (global_scratch) {",
+                    f"    // for as many groups as {GLOBAL_SCRATCH_BUDGET >> 20} MiB hold (they take rows grid-stride)",
+                    f"    blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, {GLOBAL_SCRATCH_BUDGET} / shared));",
+                    "    if (rows > 0 &&",
+                    "        cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)",
+                    f"      return seastar_fail(-1, \"cudaMallocAsync of {name}'s per-row scratch: out of GPU memory\");",
+                    "    shared = 0;",
+                    "  }"]
+            lines += [
                 "  if (rows > 0) {",
                 f"    SEASTAR_LAUNCH({name}, (unsigned)blocks, {THREADS}, (size_t)shared, st)(p);",
                 "    const cudaError_t err = cudaGetLastError();",

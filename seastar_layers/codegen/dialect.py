@@ -110,6 +110,9 @@ class Dialect:
     # a sweep whose gathered rows overflow a core's cache may run once per chunk of neighbours
     # (cstyle.py: render_source_chunks); the dialect defines seastar_source_chunk(row_bytes)
     source_chunks = False
+    # the type of a row's sizes and element indices inside kernels (a row has far fewer than 2^31
+    # elements; row and edge offsets stay int64)
+    element_index = "int64_t"
 
     def preamble(self, dtype: str) -> str:
         """Includes and helpers before any program; dtype: the storage dtype name."""
@@ -134,12 +137,14 @@ class Dialect:
     def literal(self, value: float, dtype: str) -> str:
         raise NotImplementedError
 
-    def kernel_open(self, name: str, params: str, fast: bool = False) -> list[str]:
+    def kernel_open(self, name: str, params: str, fast: bool = False, dtype: str = "float32") -> list[str]:
         """The kernel function's opening line(s); `fast`: a fast path's kernel (its sizes constant)."""
         raise NotImplementedError
 
-    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool) -> list[str]:
-        """Lines that open the loop over this group's rows, defining `r` (and `scratch` if used)."""
+    def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool, widest: int | None = None,
+                      scratch: int | None = None) -> list[str]:
+        """Lines that open the loop over this group's rows, defining `r` (and `scratch` if used); `widest`
+        and `scratch` (elements a row uses): where generation knows them (a fast path's kernel), else None."""
         raise NotImplementedError
 
     def row_loop_close(self) -> list[str]:

@@ -29,34 +29,32 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
   // dst rows, 1 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:w@edge
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:y@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:w@edge
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:x@src
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:y@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 8;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 6;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v3 = b2 + r * 6;
     acc_t* __restrict__ v5 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 6; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 6; f0 += lanes * 4) {
       acc_t acc5[4]; for (int k = 0; k < 4; ++k) acc5[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -65,7 +63,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v1 = b1 + nbr * 6;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 6) {
             const acc_t e2 = (v0[f] * v1[f]);
             const acc_t e4 = (e2 + v3[f]);
@@ -75,14 +73,14 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 6) {
           v5[f] = acc5[k];
         }
       }
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 6; f += lanes) {
+    for (int f = lane; f < 6; f += lanes) {
       b3[r * 6 + f] = v5[f];
     }
     __syncwarp(group_mask);
@@ -108,29 +106,13 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (6);
+    p.scratch_per_row = 6;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__forward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -153,87 +135,83 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
   // dst rows, 1 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:x@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:x@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
   scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 8;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 12;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v0 = b0 + r * 6;
     acc_t* __restrict__ v1 = scratch + 0;
-    for (int64_t f = lane; f < 6; f += lanes) {
+    for (int f = lane; f < 6; f += lanes) {
       v1[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       (void)nbr; (void)eid;
-      for (int64_t f = lane; f < 6; f += lanes) {
+      for (int f = lane; f < 6; f += lanes) {
         v1[f] += v0[f];
       }
       const scalar_t* v2 = b1 + nbr * 6;
       acc_t* __restrict__ v3 = scratch + (6);
-      for (int64_t f = lane; f < 6; f += lanes) {
+      for (int f = lane; f < 6; f += lanes) {
         v3[f] = (v0[f] * v2[f]);
       }
       __syncwarp(group_mask);
-      for (int64_t f = lane; f < 6; f += lanes) {
+      for (int f = lane; f < 6; f += lanes) {
         b3[eid * 6 + f] = v3[f];
       }
       __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 6; f += lanes) {
+    for (int f = lane; f < 6; f += lanes) {
       b5[r * 6 + f] = v1[f];
     }
     __syncwarp(group_mask);
   }
 }
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
   // src rows, 1 loop(s) over their out-edges
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:w@edge
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:w@edge
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 8;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 6;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v6 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 6; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 6; f0 += lanes * 4) {
       acc_t acc6[4]; for (int k = 0; k < 4; ++k) acc6[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -242,7 +220,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const scalar_t* v4 = b2 + eid * 6;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 6) {
             const acc_t e5 = (v0[f] * v4[f]);
             acc6[k] += e5;
@@ -251,14 +229,14 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 6) {
           v6[f] = acc6[k];
         }
       }
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 6; f += lanes) {
+    for (int f = lane; f < 6; f += lanes) {
       b4[r * 6 + f] = v6[f];
     }
     __syncwarp(group_mask);
@@ -286,29 +264,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (6) + (6);
+    p.scratch_per_row = 12;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -321,29 +283,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (6);
+    p.scratch_per_row = 6;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel1's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();

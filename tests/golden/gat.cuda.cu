@@ -29,36 +29,34 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
   // dst rows, 3 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:el@src
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:er@dst
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:el@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:er@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:h@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 32;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 40;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 4;
     acc_t* __restrict__ v4 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -66,7 +64,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 4) {
             const acc_t e2 = (v0[f] + v1[f]);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
@@ -76,24 +74,24 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 4) {
           v4[f] = acc4[k];
         }
       }
     }
     if (begin == end) {
-      for (int64_t f = lane; f < 4; f += lanes) {
+      for (int f = lane; f < 4; f += lanes) {
         v4[f] = 0;
       }
     }
     __syncwarp(group_mask);
     acc_t v5[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v5[i0] = (-v4[i0]);
     }
     acc_t* __restrict__ v8 = scratch + (4);
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -101,7 +99,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 4) {
             const acc_t e2 = (v0[f] + v1[f]);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
@@ -113,7 +111,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 4) {
           v8[f] = acc8[k];
         }
@@ -121,11 +119,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     }
     __syncwarp(group_mask);
     acc_t v9[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
     acc_t* __restrict__ v13 = scratch + (4) + (4);
-    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -134,7 +132,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v11 = b2 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 32) {
             const acc_t e2 = (v0[(f / (8))] + v1[(f / (8))]);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
@@ -148,20 +146,20 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 32) {
           v13[f] = acc13[k];
         }
       }
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       b3[r * 32 + f] = v13[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b4[r * 4 + f] = v4[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b5[r * 4 + f] = v8[f];
     }
     __syncwarp(group_mask);
@@ -185,33 +183,17 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
   {
-    const int64_t widest = std::max<int64_t>(32, 4);
+    const int64_t widest = 32;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (4) + (4) + (32);
+    p.scratch_per_row = 40;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__forward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -234,33 +216,31 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
   // dst rows, 2 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:h@src
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:el@src
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:er@dst
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:er@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
   acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
   acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:37@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 32;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 260;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -268,17 +248,17 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const scalar_t* v3 = b3 + r * 4;
     const acc_t* v6 = b4 + r * 4;
     acc_t v7[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v7[i0] = (-v6[i0]);
     }
     const acc_t* v10 = b5 + r * 4;
     acc_t v11[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v11[i0] = ((acc_t)1 / v10[i0]);
     }
     acc_t* __restrict__ v18 = scratch + 0;
     acc_t* __restrict__ v43 = scratch + (32);
-    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc18[4]; for (int k = 0; k < 4; ++k) acc18[k] = (acc_t)0.0;
       acc_t acc43[4]; for (int k = 0; k < 4; ++k) acc43[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
@@ -288,7 +268,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
         const scalar_t* v1 = b1 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 32) {
             const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
@@ -307,7 +287,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 32) {
           v18[f] = acc18[k];
           v43[f] = acc43[k];
@@ -316,45 +296,45 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v19 = scratch + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v19[f] = (acc_t)(v18[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     const scalar_t* v0 = b0 + r * 32;
     acc_t* __restrict__ v20 = scratch + (32) + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v20[f] = (v0[f] * v18[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v21 = scratch + (32) + (32) + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v21[f] = (v19[f] != 0 ? v20[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t v22[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v21[i0 * 8 + j1];
+      for (int j1 = 0; j1 < 8; ++j1) total += v21[i0 * 8 + j1];
       v22[i0] = total;
     }
     acc_t v23[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v23[i0] = (v11[i0] * v11[i0]);
     }
     acc_t v24[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v24[i0] = (v22[i0] * v23[i0]);
     }
     acc_t v25[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v25[i0] = (-v24[i0]);
     }
     acc_t v37[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v37[i0] = ((acc_t)0.0 + v25[i0]);
     }
     acc_t* __restrict__ v48 = scratch + (32) + (32) + (32) + (32) + (32);
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc48[4]; for (int k = 0; k < 4; ++k) acc48[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -362,7 +342,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
         const scalar_t* v2 = b2 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 4) {
             const acc_t e4 = (v2[f] + v3[f]);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
@@ -378,7 +358,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 4) {
           v48[f] = acc48[k];
         }
@@ -386,72 +366,70 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v44 = scratch + (32) + (32) + (32) + (32) + (32) + (4);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v44[f] = (acc_t)(v43[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v45 = scratch + (32) + (32) + (32) + (32) + (32) + (4) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v45[f] = (v0[f] * v43[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v46 = scratch + (32) + (32) + (32) + (32) + (32) + (4) + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v46[f] = (v44[f] != 0 ? v45[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t v47[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v46[i0 * 8 + j1];
+      for (int j1 = 0; j1 < 8; ++j1) total += v46[i0 * 8 + j1];
       v47[i0] = total;
     }
     acc_t v49[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v49[i0] = (v47[i0] + v48[i0]);
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b7[r * 4 + f] = v49[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b9[r * 4 + f] = v7[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b10[r * 4 + f] = v11[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b11[r * 4 + f] = v37[f];
     }
     __syncwarp(group_mask);
   }
 }
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
   // src rows, 1 loop(s) over their out-edges
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:h@src
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:el@src
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:er@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:el@src
   scalar_t* __restrict__ b8 = (scalar_t*)p.buffers[8];  // gradient:h@src
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
-  acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:37@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:7@dst
+  const acc_t* __restrict__ b10 = (const acc_t*)p.buffers[10];  // temp:11@dst
+  const acc_t* __restrict__ b11 = (const acc_t*)p.buffers[11];  // temp:37@dst
+  constexpr int lanes = 32;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 164;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -459,7 +437,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const scalar_t* v2 = b2 + r * 4;
     acc_t* __restrict__ v14 = scratch + 0;
     acc_t* __restrict__ v32 = scratch + (32);
-    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
       acc_t acc32[4]; for (int k = 0; k < 4; ++k) acc32[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
@@ -471,7 +449,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const scalar_t* v0 = b0 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 32) {
             const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
@@ -491,7 +469,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 32) {
           v14[f] = acc14[k];
           v32[f] = acc32[k];
@@ -500,7 +478,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v40 = scratch + (32) + (32);
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc40[4]; for (int k = 0; k < 4; ++k) acc40[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -510,7 +488,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const acc_t* v37 = b11 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 4) {
             const acc_t e4 = (v2[f] + v3[f]);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
@@ -526,7 +504,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 4) {
           v40[f] = acc40[k];
         }
@@ -534,35 +512,35 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v33 = scratch + (32) + (32) + (4);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v33[f] = (acc_t)(v32[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     const scalar_t* v1 = b1 + r * 32;
     acc_t* __restrict__ v34 = scratch + (32) + (32) + (4) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v34[f] = (v1[f] * v32[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v35 = scratch + (32) + (32) + (4) + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v35[f] = (v33[f] != 0 ? v34[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t v36[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v35[i0 * 8 + j1];
+      for (int j1 = 0; j1 < 8; ++j1) total += v35[i0 * 8 + j1];
       v36[i0] = total;
     }
     acc_t v41[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v41[i0] = (v36[i0] + v40[i0]);
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b6[r * 4 + f] = v41[f];
     }
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       b8[r * 32 + f] = v14[f];
     }
     __syncwarp(group_mask);
@@ -592,33 +570,17 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
   {
-    const int64_t widest = std::max<int64_t>(32, 4);
+    const int64_t widest = 32;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (32) + (32) + (32) + (32) + (32) + (4) + (32) + (32) + (32);
+    p.scratch_per_row = 260;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -627,33 +589,17 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     }
   }
   {
-    const int64_t widest = std::max<int64_t>(32, 4);
+    const int64_t widest = 32;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (32) + (32) + (4) + (32) + (32) + (32);
+    p.scratch_per_row = 164;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel1's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();

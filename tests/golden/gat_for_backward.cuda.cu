@@ -29,39 +29,37 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
   // dst rows, 3 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:el@src
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:er@dst
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:el@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:er@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:h@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
   acc_t* __restrict__ b6 = (acc_t*)p.buffers[6];  // saved:15@dst
   acc_t* __restrict__ b7 = (acc_t*)p.buffers[7];  // saved:24@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // saved:26@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 32;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 108;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 4;
     acc_t* __restrict__ v4 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -69,7 +67,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 4) {
             const acc_t e2 = (v0[f] + v1[f]);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
@@ -79,25 +77,25 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 4) {
           v4[f] = acc4[k];
         }
       }
     }
     if (begin == end) {
-      for (int64_t f = lane; f < 4; f += lanes) {
+      for (int f = lane; f < 4; f += lanes) {
         v4[f] = 0;
       }
     }
     __syncwarp(group_mask);
     acc_t v5[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v5[i0] = (-v4[i0]);
     }
     acc_t* __restrict__ v8 = scratch + (4);
     acc_t* __restrict__ v26 = scratch + (4) + (4);
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
       acc_t acc26[4]; for (int k = 0; k < 4; ++k) acc26[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
@@ -106,7 +104,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 4) {
             const acc_t e2 = (v0[f] + v1[f]);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
@@ -122,7 +120,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 4) {
           v8[f] = acc8[k];
           v26[f] = acc26[k];
@@ -131,7 +129,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v15 = scratch + (4) + (4) + (4);
-    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc15[4]; for (int k = 0; k < 4; ++k) acc15[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -140,7 +138,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v11 = b2 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 32) {
             const acc_t e2 = (v0[(f / (8))] + v1[(f / (8))]);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
@@ -153,7 +151,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 32) {
           v15[f] = acc15[k];
         }
@@ -161,12 +159,12 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     }
     __syncwarp(group_mask);
     acc_t v9[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
     acc_t* __restrict__ v13 = scratch + (4) + (4) + (4) + (32);
     acc_t* __restrict__ v24 = scratch + (4) + (4) + (4) + (32) + (32);
-    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       acc_t acc24[4]; for (int k = 0; k < 4; ++k) acc24[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
@@ -176,7 +174,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v11 = b2 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 32) {
             const acc_t e2 = (v0[(f / (8))] + v1[(f / (8))]);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
@@ -196,7 +194,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 32) {
           v13[f] = acc13[k];
           v24[f] = acc24[k];
@@ -204,22 +202,22 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       b3[r * 32 + f] = v13[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b4[r * 4 + f] = v4[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b5[r * 4 + f] = v8[f];
     }
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       b6[r * 32 + f] = v15[f];
     }
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       b7[r * 32 + f] = v24[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b8[r * 4 + f] = v26[f];
     }
     __syncwarp(group_mask);
@@ -246,33 +244,17 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
   {
-    const int64_t widest = std::max<int64_t>(32, 4);
+    const int64_t widest = 32;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (4) + (4) + (4) + (32) + (32) + (32);
+    p.scratch_per_row = 108;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__forward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -295,167 +277,163 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
   // dst rows, 0 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  acc_t* __restrict__ b6 = (acc_t*)p.buffers[6];  // saved:15@dst
-  acc_t* __restrict__ b7 = (acc_t*)p.buffers[7];  // saved:24@dst
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // saved:26@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:8@dst
+  const acc_t* __restrict__ b6 = (const acc_t*)p.buffers[6];  // saved:15@dst
+  const acc_t* __restrict__ b7 = (const acc_t*)p.buffers[7];  // saved:24@dst
+  const acc_t* __restrict__ b8 = (const acc_t*)p.buffers[8];  // saved:26@dst
   scalar_t* __restrict__ b10 = (scalar_t*)p.buffers[10];  // gradient:er@dst
   acc_t* __restrict__ b12 = (acc_t*)p.buffers[12];  // temp:7@dst
   acc_t* __restrict__ b13 = (acc_t*)p.buffers[13];  // temp:11@dst
   acc_t* __restrict__ b14 = (acc_t*)p.buffers[14];  // temp:36@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 32;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 192;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const acc_t* v41 = b7 + r * 32;
     acc_t* __restrict__ v42 = scratch + 0;
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v42[f] = (acc_t)(v41[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     const scalar_t* v0 = b0 + r * 32;
     acc_t* __restrict__ v43 = scratch + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v43[f] = (v0[f] * v41[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v44 = scratch + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v44[f] = (v42[f] != 0 ? v43[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t v45[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v44[i0 * 8 + j1];
+      for (int j1 = 0; j1 < 8; ++j1) total += v44[i0 * 8 + j1];
       v45[i0] = total;
     }
     const acc_t* v46 = b8 + r * 4;
     acc_t v47[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v47[i0] = (acc_t)(v46[i0] != (acc_t)0.0);
     }
     const acc_t* v17 = b6 + r * 32;
     acc_t* __restrict__ v18 = scratch + (32) + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v18[f] = (acc_t)(v17[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v19 = scratch + (32) + (32) + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v19[f] = (v0[f] * v17[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v20 = scratch + (32) + (32) + (32) + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v20[f] = (v18[f] != 0 ? v19[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t v21[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v20[i0 * 8 + j1];
+      for (int j1 = 0; j1 < 8; ++j1) total += v20[i0 * 8 + j1];
       v21[i0] = total;
     }
     const acc_t* v10 = b5 + r * 4;
     acc_t v11[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v11[i0] = ((acc_t)1 / v10[i0]);
     }
     acc_t v22[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v22[i0] = (v11[i0] * v11[i0]);
     }
     acc_t v23[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v23[i0] = (v21[i0] * v22[i0]);
     }
     acc_t v24[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v24[i0] = (-v23[i0]);
     }
     acc_t v36[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v36[i0] = ((acc_t)0.0 + v24[i0]);
     }
     acc_t v48[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v48[i0] = (v36[i0] * v46[i0]);
     }
     acc_t v49[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v49[i0] = (v47[i0] != 0 ? v48[i0] : (acc_t)0.0);
     }
     acc_t v50[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v50[i0] = (v45[i0] + v49[i0]);
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b10[r * 4 + f] = v50[f];
     }
     const acc_t* v6 = b4 + r * 4;
     acc_t v7[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v7[i0] = (-v6[i0]);
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b12[r * 4 + f] = v7[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b13[r * 4 + f] = v11[f];
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b14[r * 4 + f] = v36[f];
     }
     __syncwarp(group_mask);
   }
 }
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
   // src rows, 1 loop(s) over their out-edges
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:h@src
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:el@src
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:er@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:h@src
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:el@src
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:er@dst
   scalar_t* __restrict__ b9 = (scalar_t*)p.buffers[9];  // gradient:el@src
   scalar_t* __restrict__ b11 = (scalar_t*)p.buffers[11];  // gradient:h@src
-  acc_t* __restrict__ b12 = (acc_t*)p.buffers[12];  // temp:7@dst
-  acc_t* __restrict__ b13 = (acc_t*)p.buffers[13];  // temp:11@dst
-  acc_t* __restrict__ b14 = (acc_t*)p.buffers[14];  // temp:36@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const acc_t* __restrict__ b12 = (const acc_t*)p.buffers[12];  // temp:7@dst
+  const acc_t* __restrict__ b13 = (const acc_t*)p.buffers[13];  // temp:11@dst
+  const acc_t* __restrict__ b14 = (const acc_t*)p.buffers[14];  // temp:36@dst
+  constexpr int lanes = 32;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 164;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -463,7 +441,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const scalar_t* v2 = b2 + r * 4;
     acc_t* __restrict__ v14 = scratch + 0;
     acc_t* __restrict__ v31 = scratch + (32);
-    for (int64_t f0 = 0; f0 < 32; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
       acc_t acc31[4]; for (int k = 0; k < 4; ++k) acc31[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
@@ -475,7 +453,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const scalar_t* v0 = b0 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 32) {
             const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
@@ -495,7 +473,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 32) {
           v14[f] = acc14[k];
           v31[f] = acc31[k];
@@ -504,7 +482,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v39 = scratch + (32) + (32);
-    for (int64_t f0 = 0; f0 < 4; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc39[4]; for (int k = 0; k < 4; ++k) acc39[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -514,7 +492,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const acc_t* v36 = b14 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 4) {
             const acc_t e4 = (v2[f] + v3[f]);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
@@ -530,7 +508,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 4) {
           v39[f] = acc39[k];
         }
@@ -538,35 +516,35 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v32 = scratch + (32) + (32) + (4);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v32[f] = (acc_t)(v31[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     const scalar_t* v1 = b1 + r * 32;
     acc_t* __restrict__ v33 = scratch + (32) + (32) + (4) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v33[f] = (v1[f] * v31[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v34 = scratch + (32) + (32) + (4) + (32) + (32);
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       v34[f] = (v32[f] != 0 ? v33[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t v35[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 8; ++j1) total += v34[i0 * 8 + j1];
+      for (int j1 = 0; j1 < 8; ++j1) total += v34[i0 * 8 + j1];
       v35[i0] = total;
     }
     acc_t v40[4];
-    for (int64_t i0 = 0; i0 < 4; ++i0) {
+    for (int i0 = 0; i0 < 4; ++i0) {
       v40[i0] = (v35[i0] + v39[i0]);
     }
-    for (int64_t f = lane; f < 4; f += lanes) {
+    for (int f = lane; f < 4; f += lanes) {
       b9[r * 4 + f] = v40[f];
     }
-    for (int64_t f = lane; f < 32; f += lanes) {
+    for (int f = lane; f < 32; f += lanes) {
       b11[r * 32 + f] = v14[f];
     }
     __syncwarp(group_mask);
@@ -599,33 +577,17 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
   {
-    const int64_t widest = std::max<int64_t>(32, 4);
+    const int64_t widest = 32;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (32) + (32) + (32) + (32) + (32) + (32);
+    p.scratch_per_row = 192;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -634,33 +596,17 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     }
   }
   {
-    const int64_t widest = std::max<int64_t>(32, 4);
+    const int64_t widest = 32;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (32) + (32) + (4) + (32) + (32) + (32);
+    p.scratch_per_row = 164;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel1's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();

@@ -101,8 +101,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:x@src
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:y@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:x@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:y@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out1@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
@@ -205,11 +205,11 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // adjoint:out1@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:x@src
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:y@dst
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
@@ -294,15 +294,15 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // adjoint:out1@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:x@src
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:y@dst
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
+  const acc_t* __restrict__ b8 = (const acc_t*)p.buffers[8];  // temp:8@dst
+  const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:18@dst
   const int64_t chunk = seastar_source_chunk((3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t));
   bool sorted = chunk < p.num_dst / 2 && p.num_src > 0;
   for (int64_t probe = 0; probe < 64 && sorted; ++probe) {

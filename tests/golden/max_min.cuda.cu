@@ -29,29 +29,27 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
   // dst rows, 1 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:x@src
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:y@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:x@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:y@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out1@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 4;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 6;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -59,7 +57,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     const scalar_t* v2 = b1 + r * 3;
     acc_t* __restrict__ v1 = scratch + 0;
     acc_t* __restrict__ v4 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 3; f0 += lanes * 4) {
       acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)__int_as_float((int)0xff800000);
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float(0x7f800000);
       for (int64_t j = begin; j < end; ++j) {
@@ -68,7 +66,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v0 = b0 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 3) {
             const acc_t e3 = (v0[f] * v2[f]);
             acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
@@ -78,7 +76,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 3) {
           v1[f] = acc1[k];
           v4[f] = acc4[k];
@@ -86,26 +84,26 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
     }
     if (begin == end) {
-      for (int64_t f = lane; f < 3; f += lanes) {
+      for (int f = lane; f < 3; f += lanes) {
         v1[f] = 0;
       }
     }
     if (begin == end) {
-      for (int64_t f = lane; f < 3; f += lanes) {
+      for (int f = lane; f < 3; f += lanes) {
         v4[f] = 0;
       }
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 3; f += lanes) {
+    for (int f = lane; f < 3; f += lanes) {
       b2[r * 3 + f] = v1[f];
     }
-    for (int64_t f = lane; f < 3; f += lanes) {
+    for (int f = lane; f < 3; f += lanes) {
       b3[r * 3 + f] = v4[f];
     }
-    for (int64_t f = lane; f < 3; f += lanes) {
+    for (int f = lane; f < 3; f += lanes) {
       b4[r * 3 + f] = v4[f];
     }
-    for (int64_t f = lane; f < 3; f += lanes) {
+    for (int f = lane; f < 3; f += lanes) {
       b5[r * 3 + f] = v1[f];
     }
     __syncwarp(group_mask);
@@ -133,29 +131,13 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (3) + (3);
+    p.scratch_per_row = 6;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__forward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -178,31 +160,29 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
   // dst rows, 2 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // adjoint:out1@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:x@src
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:y@dst
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 4;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 9;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -212,7 +192,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const acc_t* v15 = b5 + r * 3;
     acc_t* __restrict__ v7 = scratch + 0;
     acc_t* __restrict__ v17 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 3; f0 += lanes * 4) {
       acc_t acc7[4]; for (int k = 0; k < 4; ++k) acc7[k] = (acc_t)0.0;
       acc_t acc17[4]; for (int k = 0; k < 4; ++k) acc17[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
@@ -221,7 +201,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
         const scalar_t* v2 = b2 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 3) {
             const acc_t e4 = (v2[f] * v3[f]);
             const bool e6 = (e4 == v5[f]);
@@ -233,7 +213,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 3) {
           v7[f] = acc7[k];
           v17[f] = acc17[k];
@@ -243,11 +223,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     __syncwarp(group_mask);
     const scalar_t* v1 = b1 + r * 3;
     acc_t v8[3];
-    for (int64_t i0 = 0; i0 < 3; ++i0) {
+    for (int i0 = 0; i0 < 3; ++i0) {
       v8[i0] = ((acc_t)1 / v7[i0]);
     }
     acc_t* __restrict__ v14 = scratch + (3) + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 3; f0 += lanes * 4) {
       acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -255,7 +235,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
         const scalar_t* v2 = b2 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 3) {
             const acc_t e4 = (v2[f] * v3[f]);
             const bool e6 = (e4 == v5[f]);
@@ -268,56 +248,54 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 3) {
           v14[f] = acc14[k];
         }
       }
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 3; f += lanes) {
+    for (int f = lane; f < 3; f += lanes) {
       b7[r * 3 + f] = v14[f];
     }
-    for (int64_t f = lane; f < 3; f += lanes) {
+    for (int f = lane; f < 3; f += lanes) {
       b8[r * 3 + f] = v8[f];
     }
     acc_t v18[3];
-    for (int64_t i0 = 0; i0 < 3; ++i0) {
+    for (int i0 = 0; i0 < 3; ++i0) {
       v18[i0] = ((acc_t)1 / v17[i0]);
     }
-    for (int64_t f = lane; f < 3; f += lanes) {
+    for (int f = lane; f < 3; f += lanes) {
       b9[r * 3 + f] = v18[f];
     }
     __syncwarp(group_mask);
   }
 }
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
   // src rows, 1 loop(s) over their out-edges
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // adjoint:out1@dst
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:x@src
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:y@dst
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // adjoint:out1@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:x@src
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:y@dst
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:1@dst
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const acc_t* __restrict__ b8 = (const acc_t*)p.buffers[8];  // temp:8@dst
+  const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:18@dst
+  constexpr int lanes = 4;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 6;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -325,7 +303,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     const scalar_t* v2 = b2 + r * 3;
     acc_t* __restrict__ v13 = scratch + 0;
     acc_t* __restrict__ v21 = scratch + (3);
-    for (int64_t f0 = 0; f0 < 3; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 3; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       acc_t acc21[4]; for (int k = 0; k < 4; ++k) acc21[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
@@ -340,7 +318,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
         const scalar_t* v0 = b0 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 3) {
             const acc_t e4 = (v2[f] * v3[f]);
             const bool e6 = (e4 == v5[f]);
@@ -357,7 +335,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 3) {
           v13[f] = acc13[k];
           v21[f] = acc21[k];
@@ -366,10 +344,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
     }
     __syncwarp(group_mask);
     acc_t v22[3];
-    for (int64_t i0 = 0; i0 < 3; ++i0) {
+    for (int i0 = 0; i0 < 3; ++i0) {
       v22[i0] = (v13[i0] + v21[i0]);
     }
-    for (int64_t f = lane; f < 3; f += lanes) {
+    for (int f = lane; f < 3; f += lanes) {
       b6[r * 3 + f] = v22[f];
     }
     __syncwarp(group_mask);
@@ -401,29 +379,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (3) + (3) + (3);
+    p.scratch_per_row = 9;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -436,29 +398,13 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (3) + (3);
+    p.scratch_per_row = 6;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel1's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();

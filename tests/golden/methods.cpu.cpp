@@ -101,8 +101,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:h@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:g@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
   acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
@@ -315,11 +315,11 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:g@dst
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:h@src
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
@@ -538,13 +538,13 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:g@dst
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:h@src
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:45@dst
+  const acc_t* __restrict__ b8 = (const acc_t*)p.buffers[8];  // temp:21@dst
+  const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:25@dst
+  const acc_t* __restrict__ b10 = (const acc_t*)p.buffers[10];  // temp:45@dst
   #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
   for (int64_t r = 0; r < p.num_src; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];

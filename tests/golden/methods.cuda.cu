@@ -29,36 +29,34 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
   // dst rows, 3 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:h@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:g@dst
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
   acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 16;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 39;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 10;
     acc_t* __restrict__ v4 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 2; f0 += lanes * 4) {
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -66,34 +64,34 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v0 = b0 + nbr * 10;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 2) {
             acc_t e3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
+            for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
             acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 2) {
           v4[f] = acc4[k];
         }
       }
     }
     if (begin == end) {
-      for (int64_t f = lane; f < 2; f += lanes) {
+      for (int f = lane; f < 2; f += lanes) {
         v4[f] = 0;
       }
     }
     __syncwarp(group_mask);
     acc_t v5[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       v5[i0] = (-v4[i0]);
     }
     acc_t* __restrict__ v8 = scratch + (2);
-    for (int64_t f0 = 0; f0 < 2; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 2; f0 += lanes * 4) {
       acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -101,10 +99,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v0 = b0 + nbr * 10;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 2) {
             acc_t e3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
+            for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
             const acc_t e6 = (e3 + v5[f]);
             const acc_t e7 = expf(e6);
             acc8[k] += e7;
@@ -113,7 +111,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 2) {
           v8[f] = acc8[k];
         }
@@ -121,11 +119,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     }
     __syncwarp(group_mask);
     acc_t v9[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
     acc_t* __restrict__ v13 = scratch + (2) + (2);
-    for (int64_t f0 = 0; f0 < 10; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 10; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -133,10 +131,10 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v0 = b0 + nbr * 10;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 10) {
             acc_t e3 = 0;
-            for (int64_t r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(f / (5)) * 5 + r3_1] * v1[(f / (5)) * 5 + r3_1]);
+            for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(f / (5)) * 5 + r3_1] * v1[(f / (5)) * 5 + r3_1]);
             const acc_t e6 = (e3 + v5[(f / (5))]);
             const acc_t e7 = expf(e6);
             const acc_t e10 = (e7 * v9[(f / (5))]);
@@ -148,7 +146,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 10) {
           v13[f] = acc13[k];
         }
@@ -156,33 +154,33 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v14 = scratch + (2) + (2) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v14[f] = (v1[f] + v13[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v15 = scratch + (2) + (2) + (10) + (10);
-    for (int64_t f = lane; f < 5; f += lanes) {
-      const int64_t i0 = f;
+    for (int f = lane; f < 5; f += lanes) {
+      const int i0 = f;
       acc_t total = 0;
-      for (int64_t j0 = 0; j0 < 2; ++j0) total += v14[j0 * 5 + i0];
+      for (int j0 = 0; j0 < 2; ++j0) total += v14[j0 * 5 + i0];
       v15[f] = total;
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v17 = scratch + (2) + (2) + (10) + (10) + (5);
-    for (int64_t f = lane; f < 5; f += lanes) {
+    for (int f = lane; f < 5; f += lanes) {
       v17[f] = (v15[f] * (acc_t)0.5);
     }
     __syncwarp(group_mask);
     acc_t v18[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 5; ++j1) total += v14[i0 * 5 + j1];
+      for (int j1 = 0; j1 < 5; ++j1) total += v14[i0 * 5 + j1];
       v18[i0] = total;
     }
     acc_t v19[1];
     {
       acc_t total = 0;
-      for (int64_t j0 = 0; j0 < 2; ++j0) total += v18[j0];
+      for (int j0 = 0; j0 < 2; ++j0) total += v18[j0];
       v19[0] = total;
     }
     acc_t v20[1];
@@ -190,20 +188,20 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       v20[0] = (v19[0] * (acc_t)0.5);
     }
     acc_t* __restrict__ v21 = scratch + (2) + (2) + (10) + (10) + (5) + (5);
-    for (int64_t f = lane; f < 5; f += lanes) {
+    for (int f = lane; f < 5; f += lanes) {
       v21[f] = (v17[f] + v20[0]);
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 5; f += lanes) {
+    for (int f = lane; f < 5; f += lanes) {
       b2[r * 5 + f] = v21[f];
     }
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       b3[r * 10 + f] = v13[f];
     }
-    for (int64_t f = lane; f < 2; f += lanes) {
+    for (int f = lane; f < 2; f += lanes) {
       b4[r * 2 + f] = v4[f];
     }
-    for (int64_t f = lane; f < 2; f += lanes) {
+    for (int f = lane; f < 2; f += lanes) {
       b5[r * 2 + f] = v8[f];
     }
     __syncwarp(group_mask);
@@ -227,33 +225,17 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
   {
-    const int64_t widest = std::max<int64_t>(std::max<int64_t>(std::max<int64_t>(1, 10), 2), 5);
+    const int64_t widest = 10;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (2) + (2) + (10) + (10) + (5) + (5) + (5);
+    p.scratch_per_row = 39;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__forward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__forward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -276,32 +258,30 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
   // dst rows, 2 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
-  acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
-  acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:g@dst
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:h@src
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:8@dst
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:g@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
   acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:45@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  constexpr int lanes = 16;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 145;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
@@ -309,11 +289,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const scalar_t* v5 = b1 + r * 10;
     const acc_t* v20 = b4 + r * 2;
     acc_t v21[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       v21[i0] = (-v20[i0]);
     }
     acc_t* __restrict__ v38 = scratch + 0;
-    for (int64_t f0 = 0; f0 < 10; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < 10; f0 += lanes * 4) {
       acc_t acc38[4]; for (int k = 0; k < 4; ++k) acc38[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -321,11 +301,11 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
         const scalar_t* v15 = b3 + nbr * 10;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < 10) {
             const acc_t e16 = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
             acc_t e19 = 0;
-            for (int64_t r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(f / (5)) * 5 + r19_1] * v5[(f / (5)) * 5 + r19_1]);
+            for (int r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(f / (5)) * 5 + r19_1] * v5[(f / (5)) * 5 + r19_1]);
             const acc_t e22 = (e19 + v21[(f / (5))]);
             const acc_t e23 = expf(e22);
             const acc_t e37 = (e23 * e16);
@@ -335,7 +315,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < 10) {
           v38[f] = acc38[k];
         }
@@ -346,7 +326,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     acc_t v1[1];
     {
       acc_t total = 0;
-      for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
+      for (int j0 = 0; j0 < 5; ++j0) total += v0[j0];
       v1[0] = total;
     }
     const acc_t* v2 = v1;
@@ -356,73 +336,73 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     }
     const acc_t* v7 = v4;
     acc_t v8[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       v8[i0] = v7[0];
     }
     const acc_t* v9 = v8;
     acc_t* __restrict__ v10 = scratch + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
-      const int64_t i0 = (f / (5));
+    for (int f = lane; f < 10; f += lanes) {
+      const int i0 = (f / (5));
       v10[f] = v9[i0];
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v11 = scratch + (10) + (10);
-    for (int64_t f = lane; f < 5; f += lanes) {
+    for (int f = lane; f < 5; f += lanes) {
       v11[f] = (v0[f] * (acc_t)0.5);
     }
     __syncwarp(group_mask);
     const acc_t* v12 = v11;
     acc_t* __restrict__ v13 = scratch + (10) + (10) + (5);
-    for (int64_t f = lane; f < 10; f += lanes) {
-      const int64_t i1 = (f % (5));
+    for (int f = lane; f < 10; f += lanes) {
+      const int i1 = (f % (5));
       v13[f] = v12[i1];
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v14 = scratch + (10) + (10) + (5) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v14[f] = (v10[f] + v13[f]);
     }
     __syncwarp(group_mask);
     const acc_t* v24 = b5 + r * 2;
     acc_t v25[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       v25[i0] = ((acc_t)1 / v24[i0]);
     }
     acc_t* __restrict__ v39 = scratch + (10) + (10) + (5) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v39[f] = (acc_t)(v38[f] != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v40 = scratch + (10) + (10) + (5) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v40[f] = (v14[f] * v38[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v41 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v41[f] = (v39[f] != 0 ? v40[f] : (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t v42[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       acc_t total = 0;
-      for (int64_t j1 = 0; j1 < 5; ++j1) total += v41[i0 * 5 + j1];
+      for (int j1 = 0; j1 < 5; ++j1) total += v41[i0 * 5 + j1];
       v42[i0] = total;
     }
     acc_t v43[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       v43[i0] = (v25[i0] * v25[i0]);
     }
     acc_t v44[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       v44[i0] = (v42[i0] * v43[i0]);
     }
     acc_t v45[2];
-    for (int64_t i0 = 0; i0 < 2; ++i0) {
+    for (int i0 = 0; i0 < 2; ++i0) {
       v45[i0] = (-v44[i0]);
     }
     acc_t* __restrict__ v53 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v53[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
@@ -430,130 +410,128 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       (void)nbr; (void)eid;
       const scalar_t* v15 = b3 + nbr * 10;
       acc_t* __restrict__ v16 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
       }
       __syncwarp(group_mask);
       acc_t* __restrict__ v17 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v17[f] = (v14[f] * v16[f]);
       }
       __syncwarp(group_mask);
       acc_t v28[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
+        for (int j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
         v28[i0] = total;
       }
       acc_t v35[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
       acc_t v46[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v46[i0] = (v35[i0] + v45[i0]);
       }
       acc_t* __restrict__ v18 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v18[f] = (v15[f] * v5[f]);
       }
       __syncwarp(group_mask);
       acc_t v19[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
+        for (int j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
         v19[i0] = total;
       }
       acc_t v22[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v22[i0] = (v19[i0] + v21[i0]);
       }
       acc_t v23[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v23[i0] = expf(v22[i0]);
       }
       acc_t v47[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v47[i0] = (v46[i0] * v23[i0]);
       }
       acc_t* __restrict__ v48 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        const int64_t i0 = (f / (5));
+      for (int f = lane; f < 10; f += lanes) {
+        const int i0 = (f / (5));
         v48[f] = v47[i0];
       }
       __syncwarp(group_mask);
       acc_t* __restrict__ v50 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v50[f] = (v48[f] * v15[f]);
       }
       __syncwarp(group_mask);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v53[f] += v50[f];
       }
       __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v54 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v54[f] = (v14[f] + v53[f]);
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       b7[r * 10 + f] = v54[f];
     }
-    for (int64_t f = lane; f < 2; f += lanes) {
+    for (int f = lane; f < 2; f += lanes) {
       b8[r * 2 + f] = v21[f];
     }
-    for (int64_t f = lane; f < 2; f += lanes) {
+    for (int f = lane; f < 2; f += lanes) {
       b9[r * 2 + f] = v25[f];
     }
-    for (int64_t f = lane; f < 2; f += lanes) {
+    for (int f = lane; f < 2; f += lanes) {
       b10[r * 2 + f] = v45[f];
     }
     __syncwarp(group_mask);
   }
 }
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(const backward_params p) {
   // src rows, 1 loop(s) over their out-edges
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:g@dst
-  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // feature:h@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:g@dst
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:h@src
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:h@src
-  acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
-  acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
-  acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:45@dst
-  const int lanes = p.lanes;  // threads per row: a power of two up to 32
+  const acc_t* __restrict__ b8 = (const acc_t*)p.buffers[8];  // temp:21@dst
+  const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:25@dst
+  const acc_t* __restrict__ b10 = (const acc_t*)p.buffers[10];  // temp:45@dst
+  constexpr int lanes = 16;  // threads per row, as run_kernels launches
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
   const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
+  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 165;
   for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v15 = b3 + r * 10;
     acc_t* __restrict__ v16 = scratch + 0;
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v29 = scratch + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v29[f] = (acc_t)0.0;
     }
     acc_t* __restrict__ v51 = scratch + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v51[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
@@ -563,7 +541,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       acc_t v1[1];
       {
         acc_t total = 0;
-        for (int64_t j0 = 0; j0 < 5; ++j0) total += v0[j0];
+        for (int j0 = 0; j0 < 5; ++j0) total += v0[j0];
         v1[0] = total;
       }
       const acc_t* v2 = v1;
@@ -573,135 +551,135 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel1(const 
       }
       const acc_t* v7 = v4;
       acc_t v8[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v8[i0] = v7[0];
       }
       const acc_t* v9 = v8;
       acc_t* __restrict__ v10 = scratch + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        const int64_t i0 = (f / (5));
+      for (int f = lane; f < 10; f += lanes) {
+        const int i0 = (f / (5));
         v10[f] = v9[i0];
       }
       __syncwarp(group_mask);
       acc_t* __restrict__ v11 = scratch + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 5; f += lanes) {
+      for (int f = lane; f < 5; f += lanes) {
         v11[f] = (v0[f] * (acc_t)0.5);
       }
       __syncwarp(group_mask);
       const acc_t* v12 = v11;
       acc_t* __restrict__ v13 = scratch + (10) + (10) + (10) + (10) + (5);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        const int64_t i1 = (f % (5));
+      for (int f = lane; f < 10; f += lanes) {
+        const int i1 = (f % (5));
         v13[f] = v12[i1];
       }
       __syncwarp(group_mask);
       acc_t* __restrict__ v14 = scratch + (10) + (10) + (10) + (10) + (5) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v14[f] = (v10[f] + v13[f]);
       }
       __syncwarp(group_mask);
       const scalar_t* v5 = b1 + nbr * 10;
       acc_t* __restrict__ v18 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v18[f] = (v15[f] * v5[f]);
       }
       __syncwarp(group_mask);
       acc_t v19[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
+        for (int j1 = 0; j1 < 5; ++j1) total += v18[i0 * 5 + j1];
         v19[i0] = total;
       }
       const acc_t* v21 = b8 + nbr * 2;
       acc_t v22[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v22[i0] = (v19[i0] + v21[i0]);
       }
       acc_t v23[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v23[i0] = expf(v22[i0]);
       }
       const acc_t* v25 = b9 + nbr * 2;
       acc_t v26[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v26[i0] = (v23[i0] * v25[i0]);
       }
       acc_t* __restrict__ v27 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        const int64_t i0 = (f / (5));
+      for (int f = lane; f < 10; f += lanes) {
+        const int i0 = (f / (5));
         v27[f] = (v14[f] * v26[i0]);
       }
       __syncwarp(group_mask);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v29[f] += v27[f];
       }
       acc_t* __restrict__ v17 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v17[f] = (v14[f] * v16[f]);
       }
       __syncwarp(group_mask);
       acc_t v28[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         acc_t total = 0;
-        for (int64_t j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
+        for (int j1 = 0; j1 < 5; ++j1) total += v17[i0 * 5 + j1];
         v28[i0] = total;
       }
       acc_t v35[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v35[i0] = (v28[i0] * v25[i0]);
       }
       const acc_t* v45 = b10 + nbr * 2;
       acc_t v46[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v46[i0] = (v35[i0] + v45[i0]);
       }
       acc_t v47[2];
-      for (int64_t i0 = 0; i0 < 2; ++i0) {
+      for (int i0 = 0; i0 < 2; ++i0) {
         v47[i0] = (v46[i0] * v23[i0]);
       }
       acc_t* __restrict__ v48 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
-        const int64_t i0 = (f / (5));
+      for (int f = lane; f < 10; f += lanes) {
+        const int i0 = (f / (5));
         v48[f] = v47[i0];
       }
       __syncwarp(group_mask);
       acc_t* __restrict__ v49 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v49[f] = (v48[f] * v5[f]);
       }
       __syncwarp(group_mask);
-      for (int64_t f = lane; f < 10; f += lanes) {
+      for (int f = lane; f < 10; f += lanes) {
         v51[f] += v49[f];
       }
       __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v31 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v31[f] = (-v16[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v32 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v32[f] = ((acc_t)1.0 + v31[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v33 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v33[f] = (v16[f] * v32[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v34 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v34[f] = (v29[f] * v33[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v52 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       v52[f] = (v34[f] + v51[f]);
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < 10; f += lanes) {
+    for (int f = lane; f < 10; f += lanes) {
       b6[r * 10 + f] = v52[f];
     }
     __syncwarp(group_mask);
@@ -730,33 +708,17 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
   (void)stream;
   cudaStream_t st = (cudaStream_t)stream;
   {
-    const int64_t widest = std::max<int64_t>(std::max<int64_t>(std::max<int64_t>(1, 10), 2), 5);
+    const int64_t widest = 10;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    p.scratch_per_row = 145;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel0, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel0's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();
@@ -765,33 +727,17 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     }
   }
   {
-    const int64_t widest = std::max<int64_t>(std::max<int64_t>(std::max<int64_t>(1, 10), 2), 5);
+    const int64_t widest = 10;
     int lanes = 1;
     while (lanes < 32 && lanes < widest) lanes *= 2;
     p.lanes = lanes;
-    p.scratch_per_row = (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
+    p.scratch_per_row = 165;
     const int64_t groups_per_block = 256 / lanes;
     const int64_t row_bytes = p.scratch_per_row * (int64_t)sizeof(acc_t);
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
     p.scratch = nullptr;
-    // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
-    // sm_86/89), or where the opt-in is refused, scratch goes to global memory
-    bool global_scratch = shared > seastar_shared_optin();
-    if (!global_scratch && shared > 49152 && cudaFuncSetAttribute(
-        __SEASTAR_PREFIX__backward_kernel1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared) != cudaSuccess) {
-      (void)cudaGetLastError();
-      global_scratch = true;
-    }
-    if (global_scratch) {
-      // for as many groups as 1024 MiB hold (they take rows grid-stride)
-      blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, 1073741824 / shared));
-      if (rows > 0 &&
-          cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
-        return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel1's per-row scratch: out of GPU memory");
-      shared = 0;
-    }
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
       const cudaError_t err = cudaGetLastError();

@@ -102,8 +102,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:h@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:norm@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
   const int64_t chunk = seastar_source_chunk((s0) * sizeof(scalar_t) + (1) * sizeof(scalar_t));
   bool sorted = chunk < p.num_src / 2 && p.num_dst > 0;
@@ -344,9 +344,9 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:norm@src
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:h@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
   const int64_t chunk = seastar_source_chunk((s0) * sizeof(scalar_t));

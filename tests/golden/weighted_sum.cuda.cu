@@ -29,16 +29,16 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
   // dst rows, 1 loop(s) over their in-edges
-  const int64_t s0 = p.dims[0]; (void)s0;
+  const int s0 = (int)p.dims[0]; (void)s0;
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
   const seastar_indices order{p.graph[6], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // feature:h@src
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:h@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:norm@src
   scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
   const int lane = threadIdx.x & (lanes - 1);
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v3 = scratch + 0;
-    for (int64_t f0 = 0; f0 < s0; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < s0; f0 += lanes * 4) {
       acc_t acc3[4]; for (int k = 0; k < 4; ++k) acc3[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
         const scalar_t* v1 = b1 + nbr * 1;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < s0) {
             const acc_t e2 = (v0[f] * v1[0]);
             acc3[k] += e2;
@@ -73,14 +73,14 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__forward_kernel0(const f
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < s0) {
           v3[f] = acc3[k];
         }
       }
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < s0; f += lanes) {
+    for (int f = lane; f < s0; f += lanes) {
       b2[r * s0 + f] = v3[f];
     }
     __syncwarp(group_mask);
@@ -151,17 +151,17 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-__global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
+__global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
   // src rows, 1 loop(s) over their out-edges
-  const int64_t s0 = p.dims[0]; (void)s0;
+  const int s0 = (int)p.dims[0]; (void)s0;
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
   const seastar_indices eids{p.graph[5], p.wide_indices};
   const seastar_indices order{p.graph[7], p.wide_indices};
   (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
-  scalar_t* __restrict__ b0 = (scalar_t*)p.buffers[0];  // adjoint:out0@dst
-  scalar_t* __restrict__ b1 = (scalar_t*)p.buffers[1];  // feature:norm@src
-  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // feature:h@src
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:norm@src
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:h@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
   const int lanes = p.lanes;  // threads per row: a power of two up to 32
@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     acc_t* __restrict__ v1 = scratch + 0;
-    for (int64_t f0 = 0; f0 < s0; f0 += (int64_t)lanes * 4) {
+    for (int f0 = 0; f0 < s0; f0 += lanes * 4) {
       acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
         const scalar_t* v0 = b0 + nbr * s0;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
-          const int64_t f = f0 + lane + (int64_t)lanes * k;
+          const int f = f0 + lane + lanes * k;
           if (f < s0) {
             acc1[k] += v0[f];
           }
@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
       }
       #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const int64_t f = f0 + lane + (int64_t)lanes * k;
+        const int f = f0 + lane + lanes * k;
         if (f < s0) {
           v1[f] = acc1[k];
         }
@@ -204,26 +204,26 @@ __global__ void __launch_bounds__(256) __SEASTAR_PREFIX__backward_kernel0(const 
     __syncwarp(group_mask);
     const scalar_t* v2 = b1 + r * 1;
     acc_t* __restrict__ v3 = scratch + (s0);
-    for (int64_t f = lane; f < s0; f += lanes) {
+    for (int f = lane; f < s0; f += lanes) {
       v3[f] = (v1[f] * v2[0]);
     }
     __syncwarp(group_mask);
-    for (int64_t f = lane; f < s0; f += lanes) {
+    for (int f = lane; f < s0; f += lanes) {
       b3[r * s0 + f] = v3[f];
     }
     const scalar_t* v4 = b2 + r * s0;
     acc_t* __restrict__ v5 = scratch + (s0) + (s0);
-    for (int64_t f = lane; f < s0; f += lanes) {
+    for (int f = lane; f < s0; f += lanes) {
       v5[f] = (v1[f] * v4[f]);
     }
     __syncwarp(group_mask);
     acc_t v6[1];
     {
       acc_t total = 0;
-      for (int64_t j0 = 0; j0 < s0; ++j0) total += v5[j0];
+      for (int j0 = 0; j0 < s0; ++j0) total += v5[j0];
       v6[0] = total;
     }
-    for (int64_t f = lane; f < 1; f += lanes) {
+    for (int f = lane; f < 1; f += lanes) {
       b4[r * 1 + f] = v6[f];
     }
     __syncwarp(group_mask);
