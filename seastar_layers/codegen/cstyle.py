@@ -71,6 +71,7 @@ class KernelRenderer:
         self.sizes: list = []  # every value size the kernel handles: the dialect sizes its groups by the widest
         self.block_shape: tuple = ()  # the aggregations' shape in the blocked loop being rendered
         self.shared_in_edge_loop = False  # whether the current edge loop wrote values other lanes read
+        self.zero_filled: set[int] = set()  # max and min aggregations whose rows without edges are stored 0 already
 
     # helpers -----------------------------------------------------------------------------------
     def emit(self, *lines: str):
@@ -287,8 +288,8 @@ class KernelRenderer:
             return None
         if any(t != widest for t in shapes):
             layout = self.d.block_layout(widest, str(size_expr(widest)))
-            if layout.first_block is None or any(varies_along(t, widest, layout.vector_axis) for t in shapes
-                                                 if t != widest):
+            if (layout.first_block is None and layout.slot_first is None
+                    or any(varies_along(t, widest, layout.vector_axis) for t in shapes if t != widest)):
                 return None
         return widest
 
@@ -436,10 +437,12 @@ class KernelRenderer:
         whole_row = layout.outer_open is not None
         per_slot = [a for a in loop.aggs if self.nodes[a].shape == shape]
         per_block = [a for a in loop.aggs if self.nodes[a].shape != shape]  # accumulated in the first block
+        # (or, in a layout without blocks along the vector axis, in the slots at its coordinate 0)
+        in_slots = per_block if layout.block_coords is None else []
         live = layout.accumulators or layout.slots
         for a in loop.aggs:
             start = self.d.literal(OPS[self.nodes[a].op].start, self.dtype)
-            if a in per_block and not whole_row:
+            if a in per_block and not whole_row and a not in in_slots:
                 self.emit(f"acc_t acc{a} = {start};")
             else:
                 self.emit(f"acc_t acc{a}[{layout.slots}]; for (int k = 0; k < {live}; ++k) acc{a}[k] = {start};")
@@ -517,9 +520,10 @@ class KernelRenderer:
             if i not in names:
                 body += self.block_value(i, f"e{i}", layout.slot_coords, layout.slot_flat, names)
                 names[i] = f"e{i}"
-        for a in per_slot:
+        for a in per_slot + in_slots:
             x = self.block_operand(self.nodes[a].args[0], layout.slot_coords, layout.slot_flat, names)
-            body.append(OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{layout.slot_index}]", x=x))
+            update = OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{layout.slot_index}]", x=x)
+            body.append(f"if ({layout.slot_first}) {update}" if a in in_slots else update)
         self.slot_loop(layout, count, size, body)
         if batch:
             self.drop_unread(first_read, last_read)
@@ -529,8 +533,18 @@ class KernelRenderer:
             self.depth -= 1
             self.emit("}")
         index = self.block_index(shape, layout.slot_coords, layout.slot_flat)
-        self.slot_loop(layout, count, size, [f"v{a}[{index}] = acc{a}[{layout.slot_index}];" for a in per_slot])
+        stores = [f"v{a}[{index}] = acc{a}[{layout.slot_index}];" for a in per_slot]
+        for a in in_slots:  # a max or min over no edges is 0 here: other lanes would race to fill it after
+            value = f"acc{a}[{layout.slot_index}]"
+            if self.nodes[a].op is not Op.AGG_SUM:
+                self.zero_filled.add(a)
+                value = f"begin == end ? (acc_t)0 : {value}"
+            stores.append(f"if ({layout.slot_first}) "
+                          f"v{a}[{flat_index(self.nodes[a].shape, layout.slot_coords, len(shape))}] = {value};")
+        self.slot_loop(layout, count, size, stores)
         for a in per_block:
+            if a in in_slots:
+                continue
             index = flat_index(self.nodes[a].shape, layout.block_coords, len(shape))
             if whole_row:
                 self.emit(*layout.outer_open, f"  v{a}[{index}] = acc{a}[{index}];", *layout.outer_close)
@@ -705,7 +719,8 @@ class KernelRenderer:
     def finish_aggregations(self, loop):
         for a in loop.aggs:
             n = self.nodes[a]
-            if n.op is not Op.AGG_SUM:  # over no neighbours max and min are 0, as in PyG
+            # over no neighbours max and min are 0, as in PyG
+            if n.op is not Op.AGG_SUM and a not in self.zero_filled:
                 self.emit("if (begin == end) {")
                 self.depth += 1
                 self.for_each(n.shape, n.size, self.replicated[a],

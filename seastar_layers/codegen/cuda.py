@@ -158,7 +158,10 @@ class CudaDialect(Dialect):
                            [(None, str(SLOTS), None)],
                            ["#pragma unroll", "for (int k = 0; k < WIDTH; ++k) {",
                             "  const int f = f0 + lane + lanes * k;", "  if (f < SIZE) {"],
-                           ["  }", "}"], coords, "f", non_unit[-1], None)
+                           ["  }", "}"], coords, "f", non_unit[-1], None,
+                           # GAT's per-head sums beside its per-head channels, in the same sweep: the
+                           # slot of each head's first channel adds the head's term
+                           slot_first=f"{coords[non_unit[-1]]} == 0")
 
     def run_kernels(self, kernels: list, params: str) -> list[str]:
         lines = ["cudaStream_t st = (cudaStream_t)stream;"]
@@ -191,7 +194,8 @@ class CudaDialect(Dialect):
                     f"    blocks = std::max<int64_t>(1, std::min<int64_t>(blocks, {GLOBAL_SCRATCH_BUDGET} / shared));",
                     "    if (rows > 0 &&",
                     "        cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)",
-                    f"      return seastar_fail(-1, \"cudaMallocAsync of {name}'s per-row scratch: out of GPU memory\");",
+                    f"      return seastar_fail(-1, \"cudaMallocAsync of {name}'s per-row scratch: out of GPU "
+                    "memory\");",
                     "    shared = 0;",
                     "  }"]
             lines += [

@@ -57,7 +57,9 @@ class BlockLayout:
     axis slots run along; block_coords: coordinates of the block with the vector axis at 0, where
     values constant along that axis are computed once per edge, or None to compute every value per
     slot; first_block: a C condition true in the first block along the vector axis, where
-    aggregations constant along it accumulate (None: the layout cannot); prefetch: coordinates of
+    aggregations constant along it accumulate (None: the layout cannot); slot_first: for a layout
+    without blocks along that axis (block_coords None), a C condition true for a slot at coordinate
+    0 of the vector axis, where such aggregations accumulate per slot; prefetch: coordinates of
     the block's first element, where the dialect prefetches the rows an edge loop gathers a few
     edges ahead (None: it does not).
 
@@ -95,6 +97,7 @@ class BlockLayout:
     edge_batch: int = 0
     guard: str | None = None
     fallback: BlockLayout | None = None
+    slot_first: str | None = None
 
 
 class Dialect:

@@ -437,9 +437,11 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
     const scalar_t* v2 = b2 + r * 4;
     acc_t* __restrict__ v14 = scratch + 0;
     acc_t* __restrict__ v32 = scratch + (32);
+    acc_t* __restrict__ v40 = scratch + (32) + (32);
     for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
       acc_t acc32[4]; for (int k = 0; k < 4; ++k) acc32[k] = (acc_t)0.0;
+      acc_t acc40[4]; for (int k = 0; k < 4; ++k) acc40[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -447,6 +449,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         const acc_t* v7 = b9 + nbr * 4;
         const acc_t* v11 = b10 + nbr * 4;
         const scalar_t* v0 = b0 + nbr * 32;
+        const acc_t* v37 = b11 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
@@ -462,8 +465,11 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
             const acc_t e29 = (v11[(f / (8))] * e9);
             const acc_t e30 = (e29 * e28);
             const acc_t e31 = (e30 * v0[f]);
+            const acc_t e38 = (v37[(f / (8))] * e9);
+            const acc_t e39 = (e38 * e28);
             acc14[k] += e13;
             acc32[k] += e31;
+            if ((f % (8)) == 0) acc40[k] += e39;
           }
         }
       }
@@ -473,40 +479,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         if (f < 32) {
           v14[f] = acc14[k];
           v32[f] = acc32[k];
-        }
-      }
-    }
-    __syncwarp(group_mask);
-    acc_t* __restrict__ v40 = scratch + (32) + (32);
-    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
-      acc_t acc40[4]; for (int k = 0; k < 4; ++k) acc40[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v3 = b3 + nbr * 4;
-        const acc_t* v7 = b9 + nbr * 4;
-        const acc_t* v37 = b11 + nbr * 4;
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int f = f0 + lane + lanes * k;
-          if (f < 4) {
-            const acc_t e4 = (v2[f] + v3[f]);
-            const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
-            const acc_t e8 = (e5 + v7[f]);
-            const acc_t e9 = expf(e8);
-            const bool e26 = (e4 > (acc_t)0.0);
-            const acc_t e28 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e38 = (v37[f] * e9);
-            const acc_t e39 = (e38 * e28);
-            acc40[k] += e39;
-          }
-        }
-      }
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int f = f0 + lane + lanes * k;
-        if (f < 4) {
-          v40[f] = acc40[k];
+          if ((f % (8)) == 0) v40[(f / (8))] = acc40[k];
         }
       }
     }

@@ -94,43 +94,12 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
       v5[i0] = (-v4[i0]);
     }
     acc_t* __restrict__ v8 = scratch + (4);
-    acc_t* __restrict__ v26 = scratch + (4) + (4);
-    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
-      acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
-      acc_t acc26[4]; for (int k = 0; k < 4; ++k) acc26[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v0 = b0 + nbr * 4;
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int f = f0 + lane + lanes * k;
-          if (f < 4) {
-            const acc_t e2 = (v0[f] + v1[f]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            const acc_t e6 = (e3 + v5[f]);
-            const acc_t e7 = expf(e6);
-            const bool e18 = (e2 > (acc_t)0.0);
-            const acc_t e21 = (e18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e25 = (e7 * e21);
-            acc8[k] += e7;
-            acc26[k] += e25;
-          }
-        }
-      }
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int f = f0 + lane + lanes * k;
-        if (f < 4) {
-          v8[f] = acc8[k];
-          v26[f] = acc26[k];
-        }
-      }
-    }
-    __syncwarp(group_mask);
-    acc_t* __restrict__ v15 = scratch + (4) + (4) + (4);
+    acc_t* __restrict__ v15 = scratch + (4) + (4);
+    acc_t* __restrict__ v26 = scratch + (4) + (4) + (32);
     for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
+      acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
       acc_t acc15[4]; for (int k = 0; k < 4; ++k) acc15[k] = (acc_t)0.0;
+      acc_t acc26[4]; for (int k = 0; k < 4; ++k) acc26[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -145,7 +114,12 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
             const acc_t e6 = (e3 + v5[(f / (8))]);
             const acc_t e7 = expf(e6);
             const acc_t e14 = (e7 * v11[f]);
+            const bool e18 = (e2 > (acc_t)0.0);
+            const acc_t e21 = (e18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            const acc_t e25 = (e7 * e21);
             acc15[k] += e14;
+            if ((f % (8)) == 0) acc8[k] += e7;
+            if ((f % (8)) == 0) acc26[k] += e25;
           }
         }
       }
@@ -154,6 +128,8 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         const int f = f0 + lane + lanes * k;
         if (f < 32) {
           v15[f] = acc15[k];
+          if ((f % (8)) == 0) v8[(f / (8))] = acc8[k];
+          if ((f % (8)) == 0) v26[(f / (8))] = acc26[k];
         }
       }
     }
@@ -162,8 +138,8 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     for (int i0 = 0; i0 < 4; ++i0) {
       v9[i0] = ((acc_t)1 / v8[i0]);
     }
-    acc_t* __restrict__ v13 = scratch + (4) + (4) + (4) + (32);
-    acc_t* __restrict__ v24 = scratch + (4) + (4) + (4) + (32) + (32);
+    acc_t* __restrict__ v13 = scratch + (4) + (4) + (32) + (4);
+    acc_t* __restrict__ v24 = scratch + (4) + (4) + (32) + (4) + (32);
     for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       acc_t acc24[4]; for (int k = 0; k < 4; ++k) acc24[k] = (acc_t)0.0;
@@ -441,9 +417,11 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
     const scalar_t* v2 = b2 + r * 4;
     acc_t* __restrict__ v14 = scratch + 0;
     acc_t* __restrict__ v31 = scratch + (32);
+    acc_t* __restrict__ v39 = scratch + (32) + (32);
     for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
       acc_t acc31[4]; for (int k = 0; k < 4; ++k) acc31[k] = (acc_t)0.0;
+      acc_t acc39[4]; for (int k = 0; k < 4; ++k) acc39[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -451,6 +429,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         const acc_t* v7 = b12 + nbr * 4;
         const acc_t* v11 = b13 + nbr * 4;
         const scalar_t* v0 = b0 + nbr * 32;
+        const acc_t* v36 = b14 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
@@ -466,8 +445,11 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
             const acc_t e28 = (v11[(f / (8))] * e9);
             const acc_t e29 = (e28 * e27);
             const acc_t e30 = (e29 * v0[f]);
+            const acc_t e37 = (v36[(f / (8))] * e9);
+            const acc_t e38 = (e37 * e27);
             acc14[k] += e13;
             acc31[k] += e30;
+            if ((f % (8)) == 0) acc39[k] += e38;
           }
         }
       }
@@ -477,40 +459,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         if (f < 32) {
           v14[f] = acc14[k];
           v31[f] = acc31[k];
-        }
-      }
-    }
-    __syncwarp(group_mask);
-    acc_t* __restrict__ v39 = scratch + (32) + (32);
-    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
-      acc_t acc39[4]; for (int k = 0; k < 4; ++k) acc39[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v3 = b3 + nbr * 4;
-        const acc_t* v7 = b12 + nbr * 4;
-        const acc_t* v36 = b14 + nbr * 4;
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int f = f0 + lane + lanes * k;
-          if (f < 4) {
-            const acc_t e4 = (v2[f] + v3[f]);
-            const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
-            const acc_t e8 = (e5 + v7[f]);
-            const acc_t e9 = expf(e8);
-            const bool e25 = (e4 > (acc_t)0.0);
-            const acc_t e27 = (e25 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e37 = (v36[f] * e9);
-            const acc_t e38 = (e37 * e27);
-            acc39[k] += e38;
-          }
-        }
-      }
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int f = f0 + lane + lanes * k;
-        if (f < 4) {
-          v39[f] = acc39[k];
+          if ((f % (8)) == 0) v39[(f / (8))] = acc39[k];
         }
       }
     }
