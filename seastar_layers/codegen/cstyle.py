@@ -826,8 +826,8 @@ class KernelRenderer:
                 str(widest) if widest is not None else c_max(sorted({str(s) for s in self.sizes})))
 
     def known(self, sizes: list, combine) -> int | None:
-        """combine (max, sum) of element counts where the pinned sizes fix every one (a fast path's
-        kernel), else None: the dialect then sizes its groups and scratch at run time."""
+        """combine (max, sum) of element counts where every one is known here (a fast path's kernel, or a
+        program of fixed shapes), else None: the dialect then sizes its groups and scratch at run time."""
         values = []
         for size in sizes:
             total = 1
