@@ -112,8 +112,9 @@ PIPELINE = (
         c.backward.program))), lambda c: str(c.backward.program)),
     Stage("precompute", _precompute, lambda c: f"{c.program}\n  -- backward --\n{c.backward.program}"),
     Stage("save_planning", _plan_saves, _show_saves),
-    Stage("schedule", lambda c: replace(c, schedules={"forward": schedule(c.program),
-                                                      "backward": schedule(c.backward.program)}),
+    Stage("schedule", lambda c: replace(c, schedules={
+        "forward": schedule(c.program, online_softmax=TARGETS[c.target].online_softmax),
+        "backward": schedule(c.backward.program, online_softmax=TARGETS[c.target].online_softmax)}),
           lambda c: "\n".join(f"{name}:\n{sched}" for name, sched in c.schedules.items())),
     Stage("render", lambda c: replace(c, source=render_program(c.schedules, TARGETS[c.target], c.dtype,
                                                                PREFIX_PLACEHOLDER, c.pins)),

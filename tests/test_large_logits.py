@@ -413,6 +413,79 @@ def test_log_sum_exp_is_shifted_back(target):
     assert all(torch.isfinite(t.grad).all() for t in leaves.values())
 
 
+# --- the CUDA dialect's online softmax: the row max taken in the sweep of its sums -----------------
+def attention_concentration(v):
+    """sum_e alpha_e^2: a sum of squared exponentials, which the running max rescales by its step squared."""
+    weights = [torch.exp(e.src.s + v.d) for e in v.inedges]
+    total = sum(weights)
+    return sum(w * w for w in weights) / (total * total)
+
+
+def two_softmaxes(v):
+    """sum_e alpha_e beta_e of two softmaxes: a sum two maxima scale, which a running max cannot
+    rescale alone, so the maxima keep a sweep of their own."""
+    first = [torch.exp(e.src.s + v.d) for e in v.inedges]
+    second = [torch.exp(e.src.s * 2 - v.d) for e in v.inedges]
+    return sum(a * b for a, b in zip(first, second)) / (sum(first) * sum(second))
+
+
+def online_reference(fn, ei, s, d):
+    src, dst = ei
+    first = s[src] + d[dst]
+    out = torch.zeros(N, 2, 1, dtype=torch.float64)
+    for v in range(N):
+        rows = dst == v
+        if rows.any():
+            p = torch.softmax(first[rows], dim=0)
+            q = p if fn is attention_concentration else torch.softmax((s[src] * 2 - d[dst])[rows], dim=0)
+            out[v] = (p * q).sum(0)
+    return out
+
+
+def test_every_gat_variant_sweeps_its_edges_once_on_cuda():
+    """On the CUDA dialect each GAT variant's forward takes its row max in the sweep of its sums (a
+    second sweep only writes the attention weights, which read the final sum); the CPU's keeps its
+    max sweep."""
+    from seastar_layers.nn.programs import GAT_ATTENTION
+
+    for options, _, program, features in GAT_ATTENTION.variants((torch.float32,)):
+        sweeps = 1 + ("with_attention" in options)
+        for target, expected in (("cuda", sweeps), ("cpu", sweeps + 1)):
+            (kernel,) = program.generate(features, target).forward.kernels
+            assert len(kernel.loops) == expected, (options, target)
+        assert program.generate(features, "cuda").forward.kernels[0].loops[0].running, options
+
+
+@pytest.mark.parametrize("target", [100.0, 1e4])
+@pytest.mark.parametrize("fn,online", [(attention_concentration, True), (two_softmaxes, False)],
+                         ids=["concentration", "two_softmaxes"])
+def test_online_softmax_under_cuda_emulation(monkeypatch, fn, online, target):
+    """Rows whose max rises at every edge (head 0) and at the first edge only (head 1), logits past
+    target, under the emulator: forward and gradients equal torch's softmax in float64."""
+    monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
+    ei = random_graph(N, N, E, seed=2)
+    ei = ei[:, ei[0].argsort(stable=True)]  # each row's sources ascend, whatever order its CSR keeps
+    u = torch.arange(N, dtype=torch.float64) * math.ceil(target / N)
+    s = torch.stack([u, -u], 1).unsqueeze(-1)  # integers: every logit exact in float32
+    d = integers((N, 2, 1), torch.Generator().manual_seed(1), -4, 4)
+    prog = sl.compile(fn)
+    features = dict(s=s.float(), d=d.float())
+    (kernel,) = prog.generate(features, "cuda").forward.kernels
+    assert bool(kernel.loops[0].running) == online and len(kernel.loops) == (1 if online else 2)
+    leaves = {k: v.clone().requires_grad_() for k, v in features.items()}
+    out = prog(ei, **leaves)
+    wide = [s.clone().requires_grad_(), d.clone().requires_grad_()]
+    expected = online_reference(fn, ei, *wide)
+    has_edges = torch.bincount(ei[1], minlength=N) > 0
+    torch.testing.assert_close(out[has_edges].double(), expected[has_edges].detach(), atol=1e-6, rtol=1e-5)
+    weights = integers(out.shape, torch.Generator().manual_seed(4)) * has_edges.view(N, 1, 1)
+    got = torch.autograd.grad((out[has_edges] * weights[has_edges].float()).sum(), list(leaves.values()))
+    want = torch.autograd.grad((expected[has_edges] * weights[has_edges]).sum(), wide)
+    for g, w, name in zip(got, want, "sd"):
+        assert torch.isfinite(g).all(), name
+        torch.testing.assert_close(g.double(), w, atol=1e-5 * (w.abs().max().item() + 1), rtol=1e-5, msg=name)
+
+
 # --- what cannot be stabilised says so ------------------------------------------------------------
 def unnormalised_exp_sum(v):
     return sum(torch.exp(e.src.s + v.d) * e.src.h for e in v.inedges)

@@ -347,6 +347,20 @@ def test_gat_forward_is_one_kernel_of_three_loops():
     assert {b.role for b in sched.buffers} == {Role.FEATURE, Role.OUTPUT}
 
 
+def test_online_softmax_takes_the_row_max_in_the_sweep_of_its_sum():
+    """With online_softmax (the CUDA dialect's) the max joins the loop of the sum it shifts, which is
+    rescaled as the max rises (exp(x - m) has degree 1); the weighted sum reads the total, so it stays
+    a loop after. Without it the max keeps its loop."""
+    prog = canonicalize(stabilise_softmax(gat(Builder())))
+    assert [len(loop.aggs) for loop in schedule(prog).kernels[0].loops] == [1, 1, 1]
+    (kern,) = schedule(prog, online_softmax=True).kernels
+    assert [len(loop.aggs) for loop in kern.loops] == [2, 1]
+    (row_max,) = kern.loops[0].running
+    (total,) = [a for a in kern.loops[0].aggs if a != row_max]
+    assert prog.nodes[row_max].op is Op.AGG_MAX and kern.loops[0].rescaled == {total: (row_max, 1)}
+    assert not kern.loops[1].running and not kern.loops[1].rescaled
+
+
 def test_gat_backward_sweeps_destinations_then_sources():
     prog = canonicalize(stabilise_softmax(gat(Builder())))
     bwd = autodiff(prog)

@@ -72,6 +72,8 @@ class KernelRenderer:
         self.block_shape: tuple = ()  # the aggregations' shape in the blocked loop being rendered
         self.shared_in_edge_loop = False  # whether the current edge loop wrote values other lanes read
         self.zero_filled: set[int] = set()  # max and min aggregations whose rows without edges are stored 0 already
+        self.running: Loop = Loop()  # the loop being rendered, where it takes row maxima online
+        self.running_deps: set[int] = set()  # values computed from its running maxima: per edge, not per row
 
     # helpers -----------------------------------------------------------------------------------
     def emit(self, *lines: str):
@@ -249,6 +251,8 @@ class KernelRenderer:
 
         def available(i) -> bool:  # a constant, a row value, a buffer read or a finished aggregation
             n = self.nodes[i]
+            if i in self.running_deps:
+                return False
             return (n.op is Op.CONST or i in self.ready or self.is_row_level(i) or self.k.reads_buffer(i, n)
                     or n.op.kind == Kind.AGGREGATION)
 
@@ -406,7 +410,7 @@ class KernelRenderer:
         found, seen = [], set()
 
         def visit(i):
-            if i in seen or i in self.ready:
+            if i in seen or i in self.ready or i in self.running.running:
                 return
             seen.add(i)
             n = self.nodes[i]
@@ -516,11 +520,18 @@ class KernelRenderer:
                                                                          layout.slot_flat, names)
                                    + [f"e{i}[{layout.slot_index}] = r{i};"])
                     names[i] = f"e{i}[{layout.slot_index}]"
-        for i in values:
-            if i not in names:
-                body += self.block_value(i, f"e{i}", layout.slot_coords, layout.slot_flat, names)
-                names[i] = f"e{i}"
-        for a in per_slot + in_slots:
+        running = self.running.running
+        for m in running:
+            names[m] = f"acc{m}[{layout.slot_index}]"
+        # what the maxima read, then the maxima (rescaling their sums), then what reads them
+        for after in (False, True):
+            if after:
+                body += self.take_maxima(layout, names)
+            for i in values:
+                if i not in names and (i in self.running_deps) == after:
+                    body += self.block_value(i, f"e{i}", layout.slot_coords, layout.slot_flat, names)
+                    names[i] = f"e{i}"
+        for a in [a for a in per_slot + in_slots if a not in running]:
             x = self.block_operand(self.nodes[a].args[0], layout.slot_coords, layout.slot_flat, names)
             update = OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{layout.slot_index}]", x=x)
             body.append(f"if ({layout.slot_first}) {update}" if a in in_slots else update)
@@ -551,6 +562,23 @@ class KernelRenderer:
             else:
                 self.emit(f"if ({layout.first_block}) v{a}[{index}] = acc{a};")
         self.depth -= bool(layout.variants[0][0])
+
+    def take_maxima(self, layout, names: dict[int, str]) -> list[str]:
+        """A slot's step of the running maxima: where this edge's value passes the max, the sums taken
+        so far are scaled by exp(degree * (old - new)), then the max moves (a NaN takes it, as the
+        max aggregation's update does: the sums turn NaN as exp(x - NaN) would make them)."""
+        lines = []
+        for m in self.running.running:
+            acc = names[m]
+            x = self.block_operand(self.nodes[m].args[0], layout.slot_coords, layout.slot_flat, names)
+            factor = f"rescale{m}"
+            lines += [f"if ({x} > {acc} || {x} != {x}) {{",
+                      f"  const acc_t {factor} = {self.d.math('exp', self.dtype)}({acc} - {x});"]
+            for a, (of, degree) in sorted(self.running.rescaled.items()):
+                if of == m:
+                    lines.append(f"  acc{a}[{layout.slot_index}] *= {' * '.join([factor] * degree)};")
+            lines += [f"  {acc} = {x};", "}"]
+        return lines
 
     def render_per_head(self, per_block: list[int], once: list[int], for_slots: list[int], layout, names: dict,
                         batch: EdgeBatch | None = None):
@@ -659,6 +687,37 @@ class KernelRenderer:
         self.emit("}")
 
     def render_loop(self, loop):
+        if loop.running:
+            if not self.renders_online(loop):  # the maxima first, in a sweep of their own
+                self.render_loop(Loop(list(loop.running)))
+                self.render_loop(Loop([a for a in loop.aggs if a not in loop.running], loop.edge_writes))
+                return
+            self.running = loop
+            self.running_deps = self.computed_from(set(loop.running))
+        try:
+            self.render_sweep(loop)
+        finally:
+            self.running, self.running_deps = Loop(), set()
+
+    def computed_from(self, maxima: set[int]) -> set[int]:
+        """The values computed from `maxima`, up to the aggregations that read them."""
+        found: set[int] = set()
+        for i, n in enumerate(self.nodes):
+            if n.op.kind != Kind.AGGREGATION and any(a in maxima or a in found for a in n.args):
+                found.add(i)
+        return found
+
+    def renders_online(self, loop) -> bool:
+        """Whether `loop` renders as one blocked sweep with an accumulator per slot, which a running
+        max needs: every slot keeps its own, so no lane waits for another."""
+        if self.source_chunked or self.blocked_values(loop) is None:
+            return False
+        shape = self.block_shape_of(loop)
+        layout = self.d.block_layout(shape, str(size_expr(shape)), 1, self.dtype)
+        return (layout.block_coords is None and layout.outer_axis is None and layout.guard is None
+                and (layout.slot_first is not None or all(self.nodes[a].shape == shape for a in loop.aggs)))
+
+    def render_sweep(self, loop):
         sinks = [self.nodes[a].args[0] for a in loop.aggs] + [i for _, i in loop.edge_writes]
         row_level, seen = [], set()
 
@@ -668,12 +727,12 @@ class KernelRenderer:
             seen.add(i)
             n = self.nodes[i]
             if n.op.kind == Kind.AGGREGATION or i in self.k.buffered:
-                if self.is_row_level(i):
+                if self.is_row_level(i) and i not in self.running.running:
                     row_level.append(i)
                 return
             for a in n.args:
                 collect(a)
-            if self.is_row_level(i):
+            if self.is_row_level(i) and i not in self.running_deps:
                 row_level.append(i)
 
         for s in sinks:

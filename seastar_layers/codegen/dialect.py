@@ -116,6 +116,9 @@ class Dialect:
     # the type of a row's sizes and element indices inside kernels (a row has far fewer than 2^31
     # elements; row and edge offsets stay int64)
     element_index = "int64_t"
+    # a softmax's row max taken in the sweep of its sums, which rescale as it rises (passes/schedule.py);
+    # rendered where a blocked loop keeps an accumulator per slot (BlockLayout.slot_first)
+    online_softmax = False
 
     def preamble(self, dtype: str) -> str:
         """Includes and helpers before any program; dtype: the storage dtype name."""

@@ -2,8 +2,9 @@
 
 A kernel is one sweep over rows: destination rows over their in-edges (direction dst), or source
 rows over their out-edges (direction src, used by backward programs). Inside a row, a kernel makes
-as many passes ("loops") over the row's edges as its aggregations need: GAT's max, sum and
-weighted sum are three loops of one kernel. Edge values are recomputed in each loop that needs
+as many passes ("loops") over the row's edges as its aggregations need: GAT's max, then its sum and
+weighted sum, are two loops of one kernel; with online_softmax (a dialect's choice) one, the sums
+rescaled whenever the running max rises. Edge values are recomputed in each loop that needs
 them rather than stored. Kernels are numbered so that dst sweeps are even and src sweeps odd; an
 aggregation goes to the first kernel of its direction that comes after every aggregation of the
 other direction it depends on. Aggregation results read by another kernel go through a buffer.
@@ -13,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir import BufferKey, Kind, Op, Program, Role, Space
+from .softmax import scaling_degrees
 
 # Roles whose buffers hold the kernel's compute type (float32 for half-precision programs): values the
 # kernels exchange among themselves, parameters, degrees and parameter gradients' per-row partials.
@@ -53,6 +55,10 @@ class Buffer:
 class Loop:
     aggs: list[int] = field(default_factory=list)
     edge_writes: list[tuple[BufferKey, int]] = field(default_factory=list)  # (buffer, node)
+    # an online softmax (schedule: online_softmax): row maxima this loop takes as it goes, and the sums
+    # scaled by exp(degree * (old max - new max)) each time one rises, {sum: (max, degree)}
+    running: list[int] = field(default_factory=list)
+    rescaled: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -174,8 +180,72 @@ def _materialise_neighbour_values(nodes, kernel_of: dict[int, int], writes: dict
     return chosen
 
 
-def schedule(prog: Program) -> Schedule:
-    """Outputs are written to the rows their keys name (DST/SRC rows, or EDGE for per-edge outputs)."""
+def _upstream(nodes, roots, stop) -> set[int]:
+    """The values `roots` are computed from, not looking past aggregations or the values in `stop`."""
+    seen, stack = set(), list(roots)
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        if i not in stop and (nodes[i].op.kind != Kind.AGGREGATION or i in roots):
+            stack.extend(nodes[i].args)
+    return seen
+
+
+def _row_maxima(prog: Program) -> dict[int, list[int]]:
+    """The maxima stabilise_softmax subtracted: {row max: the stabilised exponentials it shifts}."""
+    nodes, found = prog.nodes, {}
+    for e, n in enumerate(nodes):
+        if n.op is Op.EXP and n.attr("stabilised"):
+            maxima = [i for i in _upstream(nodes, [e], set()) if i != e and nodes[i].op.kind == Kind.AGGREGATION]
+            if len(maxima) == 1 and nodes[maxima[0]].op is Op.AGG_MAX and nodes[maxima[0]].attr("stop_gradient"):
+                found.setdefault(maxima[0], []).append(e)
+    return found
+
+
+def _merge_online(prog: Program, first: Loop, second: Loop, maxima: dict[int, list[int]]) -> Loop | None:
+    """`second` with `first`'s row maxima taken online, or None where that would not be exact: each
+    sum of `second` that reads a max does so only through its stabilised exponentials, scaled by a
+    degree of 1 or 2 (exp(x - m) for the running m is the final one's times exp(m_final - m)), and
+    nothing else of `second` reads a max."""
+    nodes = prog.nodes
+    if first.edge_writes or not first.aggs or any(a not in maxima for a in first.aggs):
+        return None
+    exps = {e for a in first.aggs for e in maxima[a]}
+    if any(set(first.aggs) & _upstream(nodes, [i], set()) for _, i in second.edge_writes):
+        return None
+    rescaled = {}
+    for a in second.aggs:
+        operand = nodes[a].args[0]
+        read = set(first.aggs) & _upstream(nodes, [operand], set())
+        if not read:
+            continue
+        if len(read) > 1 or nodes[a].op is not Op.AGG_SUM or set(first.aggs) & _upstream(nodes, [operand], exps):
+            return None
+        (m,) = read
+        degrees = scaling_degrees(prog, set(maxima[m]))
+        degree = degrees and degrees[operand]
+        if degree not in (1, 2):
+            return None
+        rescaled[a] = (m, int(degree))
+    return Loop(sorted(first.aggs + second.aggs), second.edge_writes, list(first.aggs), rescaled)
+
+
+def _take_maxima_online(prog: Program, kern: Kernel) -> None:
+    """Fold each loop that only takes row maxima into the next loop, where _merge_online allows."""
+    maxima = _row_maxima(prog)
+    j = 0
+    while j + 1 < len(kern.loops):
+        merged = _merge_online(prog, kern.loops[j], kern.loops[j + 1], maxima) if maxima else None
+        if merged is not None:
+            kern.loops[j:j + 2] = [merged]
+        j += 1
+
+
+def schedule(prog: Program, online_softmax: bool = False) -> Schedule:
+    """Outputs are written to the rows their keys name (DST/SRC rows, or EDGE for per-edge outputs).
+    online_softmax: a softmax's row max is taken in the same sweep as its sums (_merge_online)."""
     nodes = prog.nodes
     latest = {Space.DST: [-1] * len(nodes), Space.SRC: [-1] * len(nodes)}  # last kernel of each direction needed
     kernel_of: dict[int, int] = {}
@@ -259,6 +329,8 @@ def schedule(prog: Program) -> Schedule:
             else:
                 stage_of(i)
                 kern.row_writes.append((key, i))
+        if online_softmax:
+            _take_maxima_online(prog, kern)
 
     written = {i: buf for buf in buffers for key, i in prog.outputs if key == buf.key}
     for i in sorted(needed_elsewhere):

@@ -80,15 +80,29 @@ def _node_degree(prog: Program, i: int, deg: dict[int, Fraction]) -> Fraction:
 
 def _degrees(prog: Program, seed: int) -> dict[int, Fraction]:
     """Degree of every node in the scaling of node `seed`; raises _Unstable if the rewrite would not be exact."""
-    deg: dict[int, Fraction] = {}
-    for i in range(len(prog.nodes)):
-        deg[i] = Fraction(1) if i == seed else _node_degree(prog, i, deg)
-        if abs(deg[i]) > _MAX_DEGREE:
-            raise _Unstable(i, f"a power {deg[i]} of the exponentials")
+    deg = _scaling(prog, {seed})
     for _, i in prog.outputs:
         if deg[i]:
             raise _Unstable(i, "a result that scales with the exponentials (not normalised by their sum)")
     return deg
+
+
+def _scaling(prog: Program, seeds: set[int]) -> dict[int, Fraction]:
+    deg: dict[int, Fraction] = {}
+    for i in range(len(prog.nodes)):
+        deg[i] = Fraction(1) if i in seeds else _node_degree(prog, i, deg)
+        if abs(deg[i]) > _MAX_DEGREE:
+            raise _Unstable(i, f"a power {deg[i]} of the exponentials")
+    return deg
+
+
+def scaling_degrees(prog: Program, seeds: set[int]) -> dict[int, Fraction] | None:
+    """How each value scales when the exponentials `seeds` are all scaled by one positive factor c
+    (degree d: by c**d), or None where some use of them is not a scaling (online_softmax reads it)."""
+    try:
+        return _scaling(prog, seeds)
+    except _Unstable:
+        return None
 
 
 def reaches_a_sum(prog: Program, seed: int) -> bool:

@@ -30,7 +30,7 @@ struct forward_params {
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
-  // dst rows, 3 loop(s) over their in-edges
+  // dst rows, 2 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
@@ -59,44 +59,11 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 4;
     acc_t* __restrict__ v4 = scratch + 0;
-    for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
-      acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v0 = b0 + nbr * 4;
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int f = f0 + lane + lanes * k;
-          if (f < 4) {
-            const acc_t e2 = (v0[f] + v1[f]);
-            const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
-          }
-        }
-      }
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int f = f0 + lane + lanes * k;
-        if (f < 4) {
-          v4[f] = acc4[k];
-        }
-      }
-    }
-    if (begin == end) {
-      for (int f = lane; f < 4; f += lanes) {
-        v4[f] = 0;
-      }
-    }
-    __syncwarp(group_mask);
-    acc_t v5[4];
-    for (int i0 = 0; i0 < 4; ++i0) {
-      v5[i0] = (-v4[i0]);
-    }
     acc_t* __restrict__ v8 = scratch + (4);
     acc_t* __restrict__ v15 = scratch + (4) + (4);
     acc_t* __restrict__ v26 = scratch + (4) + (4) + (32);
     for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
+      acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
       acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
       acc_t acc15[4]; for (int k = 0; k < 4; ++k) acc15[k] = (acc_t)0.0;
       acc_t acc26[4]; for (int k = 0; k < 4; ++k) acc26[k] = (acc_t)0.0;
@@ -111,11 +78,19 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
           if (f < 32) {
             const acc_t e2 = (v0[(f / (8))] + v1[(f / (8))]);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
-            const acc_t e6 = (e3 + v5[(f / (8))]);
-            const acc_t e7 = expf(e6);
-            const acc_t e14 = (e7 * v11[f]);
             const bool e18 = (e2 > (acc_t)0.0);
             const acc_t e21 = (e18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
+            if (e3 > acc4[k] || e3 != e3) {
+              const acc_t rescale4 = expf(acc4[k] - e3);
+              acc8[k] *= rescale4;
+              acc15[k] *= rescale4;
+              acc26[k] *= rescale4;
+              acc4[k] = e3;
+            }
+            const acc_t e5 = (-acc4[k]);
+            const acc_t e6 = (e3 + e5);
+            const acc_t e7 = expf(e6);
+            const acc_t e14 = (e7 * v11[f]);
             const acc_t e25 = (e7 * e21);
             acc15[k] += e14;
             if ((f % (8)) == 0) acc8[k] += e7;
@@ -128,12 +103,17 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         const int f = f0 + lane + lanes * k;
         if (f < 32) {
           v15[f] = acc15[k];
+          if ((f % (8)) == 0) v4[(f / (8))] = begin == end ? (acc_t)0 : acc4[k];
           if ((f % (8)) == 0) v8[(f / (8))] = acc8[k];
           if ((f % (8)) == 0) v26[(f / (8))] = acc26[k];
         }
       }
     }
     __syncwarp(group_mask);
+    acc_t v5[4];
+    for (int i0 = 0; i0 < 4; ++i0) {
+      v5[i0] = (-v4[i0]);
+    }
     acc_t v9[4];
     for (int i0 = 0; i0 < 4; ++i0) {
       v9[i0] = ((acc_t)1 / v8[i0]);

@@ -30,7 +30,7 @@ struct forward_params {
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
-  // dst rows, 3 loop(s) over their in-edges
+  // dst rows, 2 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
   const seastar_indices eids{p.graph[2], p.wide_indices};
@@ -56,8 +56,10 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 10;
     acc_t* __restrict__ v4 = scratch + 0;
+    acc_t* __restrict__ v8 = scratch + (2);
     for (int f0 = 0; f0 < 2; f0 += lanes * 4) {
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
+      acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         (void)nbr; (void)eid;
@@ -68,7 +70,15 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
           if (f < 2) {
             acc_t e3 = 0;
             for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
-            acc4[k] = (e3 > acc4[k] || e3 != e3) ? e3 : acc4[k];
+            if (e3 > acc4[k] || e3 != e3) {
+              const acc_t rescale4 = expf(acc4[k] - e3);
+              acc8[k] *= rescale4;
+              acc4[k] = e3;
+            }
+            const acc_t e5 = (-acc4[k]);
+            const acc_t e6 = (e3 + e5);
+            const acc_t e7 = expf(e6);
+            acc8[k] += e7;
           }
         }
       }
@@ -77,6 +87,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         const int f = f0 + lane + lanes * k;
         if (f < 2) {
           v4[f] = acc4[k];
+          v8[f] = acc8[k];
         }
       }
     }
@@ -90,34 +101,6 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     for (int i0 = 0; i0 < 2; ++i0) {
       v5[i0] = (-v4[i0]);
     }
-    acc_t* __restrict__ v8 = scratch + (2);
-    for (int f0 = 0; f0 < 2; f0 += lanes * 4) {
-      acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
-        const scalar_t* v0 = b0 + nbr * 10;
-        #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int f = f0 + lane + lanes * k;
-          if (f < 2) {
-            acc_t e3 = 0;
-            for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
-            const acc_t e6 = (e3 + v5[f]);
-            const acc_t e7 = expf(e6);
-            acc8[k] += e7;
-          }
-        }
-      }
-      #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int f = f0 + lane + lanes * k;
-        if (f < 2) {
-          v8[f] = acc8[k];
-        }
-      }
-    }
-    __syncwarp(group_mask);
     acc_t v9[2];
     for (int i0 = 0; i0 < 2; ++i0) {
       v9[i0] = ((acc_t)1 / v8[i0]);
