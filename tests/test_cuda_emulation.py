@@ -6,6 +6,7 @@ for sm_80 and sm_90."""
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import re
 import shutil
@@ -98,6 +99,35 @@ def unsigned(t: torch.Tensor) -> torch.Tensor:
 
 
 # ---- indexing and block order -------------------------------------------------------------------
+@pytest.mark.parametrize("stride,sectors", [(0, 1), (1, 4), (2, 8), (8, 32), (16, 32)])
+def test_traffic_counts_the_sectors_each_warp_instruction_touches(primitives, monkeypatch, tmp_path, stride,
+                                                                   sectors):
+    """SEASTAR_EMU_TRAFFIC: the lanes of a warp at the same pass of the same line are one instruction,
+    which requests each 32-byte sector they touch once (32 floats a lane apart: 32 sectors; side by
+    side: 4); a loop's next pass is another instruction; distinct sectors count each once a launch.
+    Unset, nothing is counted or written."""
+    blocks, threads, repeats = 3, 64, 2
+    n = blocks * threads
+    x = torch.arange(n * max(stride, 1), dtype=torch.float32)
+    out = torch.zeros(n)
+    path = tmp_path / "traffic.jsonl"
+    monkeypatch.delenv("SEASTAR_EMU_TRAFFIC", raising=False)
+    primitives("run_strided_reads", x, out, stride, repeats, blocks, threads)
+    assert not path.exists()
+    monkeypatch.setenv("SEASTAR_EMU_TRAFFIC", str(path))
+    primitives("run_strided_reads", x, out, stride, repeats, blocks, threads)
+    assert torch.equal(out, repeats * x[torch.arange(n) * stride])
+    (launch,) = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "strided_reads" in launch["kernel"] and launch["warps"] == n // 32
+    per_warp = repeats * sectors + 4  # and the 32 floats it writes side by side
+    assert launch["max_warp_sectors"] == per_warp
+    assert launch["requested_sectors"] == n // 32 * per_warp
+    read = {(x.data_ptr() + 4 * t * stride) // 32 for t in range(n)}
+    written = {(out.data_ptr() + 4 * t) // 32 for t in range(n)}
+    assert launch["distinct_sectors"] == len(read | written)
+    assert sum(launch["by_line"].values()) == launch["requested_sectors"] and len(launch["by_line"]) == 2
+
+
 @pytest.mark.parametrize("grid,block", [((3, 1, 1), (50, 1, 1)), ((2, 3, 1), (8, 4, 1)), ((2, 2, 3), (4, 2, 3))],
                          ids=["1d", "2d", "3d"])
 def test_grid_and_block_indices(primitives, grid, block):

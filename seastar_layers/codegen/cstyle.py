@@ -65,6 +65,7 @@ class KernelRenderer:
         self.depth = 0
         self.ready: set[int] = set()  # values declared in the current scope chain
         self.stored_typed: set[int] = set()  # values that point into storage-typed buffers
+        self.in_buffers: set[int] = set()  # values that point into buffers (global memory), not scratch
         self.replicated: dict[int, bool] = {}
         self.slots: dict[int, str] = {}  # value -> offset in the row's scratch
         self.scratch_sizes: list = []
@@ -72,6 +73,11 @@ class KernelRenderer:
         self.block_shape: tuple = ()  # the aggregations' shape in the blocked loop being rendered
         self.shared_in_edge_loop = False  # whether the current edge loop wrote values other lanes read
         self.zero_filled: set[int] = set()  # max and min aggregations whose rows without edges are stored 0 already
+        # while a slot's body is rendered (Dialect.name_loads): each buffer element it reads, by the name
+        # it was loaded into, and the loads not yet emitted
+        self.slot_loads: dict[str, str] | None = None
+        self.pending_loads: list[str] = []
+        self.edge_ids_at: int | None = None  # the line of the open edge loop that reads its neighbour and edge ids
         self.running: Loop = Loop()  # the loop being rendered, where it takes row maxima online
         self.running_deps: set[int] = set()  # values computed from its running maxima: per edge, not per row
 
@@ -84,9 +90,12 @@ class KernelRenderer:
         n = self.nodes[i]
         if n.op is Op.CONST:
             return self.d.literal(n.attr("value"), self.dtype)
+        element = f"v{i}[{idx}]"
+        if i in self.in_buffers:
+            element = self.d.global_access(element)
         if i in self.stored_typed:
-            return self.d.load(f"v{i}[{idx}]", self.dtype)
-        return f"v{i}[{idx}]"
+            return self.d.load(element, self.dtype)
+        return element
 
     def c_expr(self, i: int, operands: list[str], element: str, as_bool: bool = False) -> str:
         """Node i's C expression for one element (`element`: its flat index, which random draws hash);
@@ -164,6 +173,7 @@ class KernelRenderer:
         self.ready.add(i)
         if from_buffer:
             buf = self.buffers[self.s.reads[i]]
+            self.in_buffers.add(i)
             if buf.c_type == "scalar_t":
                 self.stored_typed.add(i)
             self.emit(f"const {buf.c_type}* v{i} = {self.pointer_for(i)};")
@@ -171,6 +181,8 @@ class KernelRenderer:
             (x,) = n.args
             if x in self.stored_typed:
                 self.stored_typed.add(i)
+            if x in self.in_buffers:
+                self.in_buffers.add(i)
             self.replicated[i] = self.replicated.get(x, True)
             self.emit(f"const {'scalar_t' if x in self.stored_typed else 'acc_t'}* v{i} = v{x};")
         elif n.op.kind == Kind.REDUCE:
@@ -228,7 +240,7 @@ class KernelRenderer:
             value = self.access(i, idx)
             if not buf.in_compute_type:
                 value = self.d.store(value, self.dtype)
-            return [f"b{self.buffer_index[key]}[{row} * {n.size} + {idx}] = {value};"]
+            return [f"{self.d.global_access(f'b{self.buffer_index[key]}[{row} * {n.size} + {idx}]')} = {value};"]
 
         self.for_each(n.shape, n.size, False, body)
 
@@ -307,7 +319,18 @@ class KernelRenderer:
         if i in names:
             # anywhere else a comparison is acc_t again: bool / bool would divide integers
             return names[i] if condition or OPS[n.op].c_bool is None else f"(acc_t){names[i]}"
-        return self.access(i, self.block_index(n.shape, coords, flat))
+        element = self.access(i, self.block_index(n.shape, coords, flat))
+        if self.slot_loads is None or i not in self.in_buffers:
+            return element
+        if element not in self.slot_loads:  # each element read once per slot: what the GPU loads
+            self.slot_loads[element] = f"g{len(self.slot_loads)}"
+            self.pending_loads.append(f"const auto {self.slot_loads[element]} = {element};")
+        return self.slot_loads[element]
+
+    def with_loads(self, lines: list[str]) -> list[str]:
+        """`lines` after the loads their operands named (block_operand)."""
+        loads, self.pending_loads = self.pending_loads, []
+        return loads + lines
 
     def block_index(self, shape, coords: list[str], flat: str | None) -> str:
         if flat is not None and tuple(shape) == self.block_shape:
@@ -322,7 +345,7 @@ class KernelRenderer:
                         for k, a in enumerate(n.args)]
             as_bool = OPS[n.op].c_bool is not None
             expr = self.c_expr(i, operands, self.block_index(n.shape, coords, flat), as_bool)
-            return [f"const {'bool' if as_bool else 'acc_t'} {name} = {expr};"]
+            return self.with_loads([f"const {'bool' if as_bool else 'acc_t'} {name} = {expr};"])
         (x,) = n.args
         x_shape, axes, keepdim = self.nodes[x].shape, n.attr("axes"), n.attr("keepdim")
         out = [coords[len(self.block_shape) - len(n.shape) + t] if extent != 1 else "0"
@@ -523,6 +546,8 @@ class KernelRenderer:
         running = self.running.running
         for m in running:
             names[m] = f"acc{m}[{layout.slot_index}]"
+        if self.d.name_loads:
+            self.slot_loads = {}
         # what the maxima read, then the maxima (rescaling their sums), then what reads them
         for after in (False, True):
             if after:
@@ -534,7 +559,8 @@ class KernelRenderer:
         for a in [a for a in per_slot + in_slots if a not in running]:
             x = self.block_operand(self.nodes[a].args[0], layout.slot_coords, layout.slot_flat, names)
             update = OPS[self.nodes[a].op].update.format(acc=f"acc{a}[{layout.slot_index}]", x=x)
-            body.append(f"if ({layout.slot_first}) {update}" if a in in_slots else update)
+            body += self.with_loads([f"if ({layout.slot_first}) {update}" if a in in_slots else update])
+        self.slot_loads = None
         self.slot_loop(layout, count, size, body)
         if batch:
             self.drop_unread(first_read, last_read)
@@ -572,8 +598,8 @@ class KernelRenderer:
             acc = names[m]
             x = self.block_operand(self.nodes[m].args[0], layout.slot_coords, layout.slot_flat, names)
             factor = f"rescale{m}"
-            lines += [f"if ({x} > {acc} || {x} != {x}) {{",
-                      f"  const acc_t {factor} = {self.d.math('exp', self.dtype)}({acc} - {x});"]
+            lines += self.with_loads([f"if ({x} > {acc} || {x} != {x}) {{",
+                                      f"  const acc_t {factor} = {self.d.math('exp', self.dtype)}({acc} - {x});"])
             for a, (of, degree) in sorted(self.running.rescaled.items()):
                 if of == m:
                     lines.append(f"  acc{a}[{layout.slot_index}] *= {' * '.join([factor] * degree)};")
@@ -655,6 +681,7 @@ class KernelRenderer:
         self.shared_in_edge_loop = False
         self.emit("for (int64_t j = begin; j < end; ++j) {")
         self.depth += 1
+        self.edge_ids_at = len(self.lines)
         self.emit("const int64_t nbr = nbrs[j], eid = eids[j];", "(void)nbr; (void)eid;")
         return set(self.ready)
 
@@ -662,6 +689,7 @@ class KernelRenderer:
         """Start the loop over the row's edges in batches of `batch.size`, and in it the batch's first
         pass; returns the values in scope before it."""
         self.shared_in_edge_loop = False
+        self.edge_ids_at = None
         self.emit(f"for (int64_t j0 = begin; j0 < end; j0 += {batch.size}) {{")
         self.depth += 1
         self.emit(f"const int64_t batch = std::min<int64_t>({batch.size}, end - j0);",
@@ -681,6 +709,13 @@ class KernelRenderer:
                 del self.lines[k]
 
     def close_edge_loop(self):
+        if self.edge_ids_at is not None:  # read only the ids the loop uses (the emulator counts every load)
+            at, body = self.edge_ids_at, " ".join(self.lines[self.edge_ids_at + 2:])
+            used = [name for name, ids in (("nbr", "nbrs"), ("eid", "eids")) if re.search(rf"\b{name}\b", body)]
+            indent = self.lines[at][:len(self.lines[at]) - len(self.lines[at].lstrip())]
+            self.lines[at:at + 2] = ([indent + "const int64_t " + ", ".join(f"{n} = {n}s[j]" for n in used) + ";"]
+                                     if used else [])
+            self.edge_ids_at = None
         if self.shared_in_edge_loop:  # lanes finish reading this edge's values before the next overwrites them
             self.emit(*self.d.sync())
         self.depth -= 1
@@ -867,7 +902,7 @@ class KernelRenderer:
                   "(void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each")
         text = "\n".join(body + (chunked or []))
         used = set(re.findall(r"\bb(\d+)\b", text))
-        written = set(re.findall(r"\bb(\d+)\[[^\]]*\] = ", text))
+        written = set(re.findall(r"\bb(\d+)\[[^\]]*\]\)? = ", text))  # the element, or the dialect's access to it
         for key, k in self.buffer_index.items():
             if str(k) in used:
                 # read-only inputs say so: nvcc may then load them through the read-only data path
@@ -949,7 +984,8 @@ def index_helpers(dialect: Dialect) -> list[str]:
             "  const void* data;",
             "  bool wide;  // int64, else int32",
             f"  {dialect.member_function} int64_t operator[](int64_t k) const {{",
-            "    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];",
+            f"    return wide ? {dialect.global_access('static_cast<const int64_t*>(data)[k]')}"
+            f" : (int64_t){dialect.global_access('static_cast<const int32_t*>(data)[k]')};",
             "  }",
             "};", ""]
 

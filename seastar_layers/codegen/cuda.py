@@ -52,7 +52,11 @@ class CudaDialect(Dialect):
     inline_function = "static __host__ __device__ inline"
     member_function = "__host__ __device__ inline"
     element_index = "int"  # 32-bit: a row's element arithmetic, divisions included, in one register each
+    name_loads = True
     online_softmax = True  # every slot keeps its head's running max: one sweep, no lane waits for another
+
+    def global_access(self, element: str) -> str:
+        return f"SEASTAR_GLOBAL({element})"
 
     def preamble(self, dtype: str) -> str:
         return '#include <algorithm>\n#include <cstdint>\n#include "seastar_cuda.h"\n'

@@ -119,6 +119,14 @@ class Dialect:
     # a softmax's row max taken in the sweep of its sums, which rescale as it rises (passes/schedule.py);
     # rendered where a blocked loop keeps an accumulator per slot (BlockLayout.slot_first)
     online_softmax = False
+    # a blocked loop's slot loads each buffer element it reads once, into a named value, rather than
+    # where each use reads it (what a GPU's compiler makes of it, and what the emulator then counts)
+    name_loads = False
+
+    def global_access(self, element: str) -> str:
+        """An element of a buffer or graph array, as kernels read or write it (the CUDA dialect marks it
+        for the emulator's traffic count)."""
+        return element
 
     def preamble(self, dtype: str) -> str:
         """Includes and helpers before any program; dtype: the storage dtype name."""

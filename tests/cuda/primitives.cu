@@ -24,6 +24,21 @@ EXPORT int run_block_order(unsigned* counter, unsigned* order, unsigned blocks) 
   return launch_status();
 }
 
+// ---- SEASTAR_GLOBAL: the sectors each warp instruction touches (SEASTAR_EMU_TRAFFIC) ---------------
+// Thread t reads x[t * stride] `repeats` times from one line (one warp instruction per pass), then
+// writes out[t].
+__global__ void strided_reads(const float* x, float* out, int stride, int repeats) {
+  unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  float total = 0.0f;
+  for (int r = 0; r < repeats; ++r) total += SEASTAR_GLOBAL(x[t * stride]);
+  SEASTAR_GLOBAL(out[t]) = total;
+}
+
+EXPORT int run_strided_reads(const float* x, float* out, int stride, int repeats, unsigned blocks, unsigned threads) {
+  SEASTAR_LAUNCH(strided_reads, blocks, threads, 0, 0)(x, out, stride, repeats);
+  return launch_status();
+}
+
 // ---- __syncthreads: a block-wide tree reduction in static shared memory ---------------------------
 __global__ void block_sum(const float* x, float* out, int n) {
   __shared__ float partial[1024];

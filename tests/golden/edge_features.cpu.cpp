@@ -144,7 +144,6 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
         }
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + eid * 6;
           const scalar_t* v1 = b1 + nbr * 6;
           if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
@@ -177,7 +176,6 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       acc_t acc5[64]; for (int k = 0; k < 64; ++k) acc5[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + eid * 6;
         const scalar_t* v1 = b1 + nbr * 6;
         if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
@@ -261,7 +259,6 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
       for (int64_t i0 = 0; i0 < 6; ++i0) {
         v1[i0] += v0[i0];
       }
@@ -328,7 +325,6 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
         }
         for (int64_t j = begin; j < end; ++j) {
           const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
           const scalar_t* v0 = b0 + nbr * 6;
           const scalar_t* v4 = b2 + eid * 6;
           if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);
@@ -359,7 +355,6 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       acc_t acc6[64]; for (int k = 0; k < 64; ++k) acc6[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 6;
         const scalar_t* v4 = b2 + eid * 6;
         if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);

@@ -13,7 +13,7 @@ struct seastar_indices {
   const void* data;
   bool wide;  // int64, else int32
   __host__ __device__ inline int64_t operator[](int64_t k) const {
-    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];
+    return wide ? SEASTAR_GLOBAL(static_cast<const int64_t*>(data)[k]) : (int64_t)SEASTAR_GLOBAL(static_cast<const int32_t*>(data)[k]);
   }
 };
 
@@ -58,15 +58,17 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
       acc_t acc5[4]; for (int k = 0; k < 4; ++k) acc5[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + eid * 6;
         const scalar_t* v1 = b1 + nbr * 6;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 6) {
-            const acc_t e2 = (v0[f] * v1[f]);
-            const acc_t e4 = (e2 + v3[f]);
+            const auto g0 = SEASTAR_GLOBAL(v0[f]);
+            const auto g1 = SEASTAR_GLOBAL(v1[f]);
+            const acc_t e2 = (g0 * g1);
+            const auto g2 = SEASTAR_GLOBAL(v3[f]);
+            const acc_t e4 = (e2 + g2);
             acc5[k] += e4;
           }
         }
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 6; f += lanes) {
-      b3[r * 6 + f] = v5[f];
+      SEASTAR_GLOBAL(b3[r * 6 + f]) = v5[f];
     }
     __syncwarp(group_mask);
   }
@@ -165,24 +167,23 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     }
     for (int64_t j = begin; j < end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
       for (int f = lane; f < 6; f += lanes) {
-        v1[f] += v0[f];
+        v1[f] += SEASTAR_GLOBAL(v0[f]);
       }
       const scalar_t* v2 = b1 + nbr * 6;
       acc_t* __restrict__ v3 = scratch + (6);
       for (int f = lane; f < 6; f += lanes) {
-        v3[f] = (v0[f] * v2[f]);
+        v3[f] = (SEASTAR_GLOBAL(v0[f]) * SEASTAR_GLOBAL(v2[f]));
       }
       __syncwarp(group_mask);
       for (int f = lane; f < 6; f += lanes) {
-        b3[eid * 6 + f] = v3[f];
+        SEASTAR_GLOBAL(b3[eid * 6 + f]) = v3[f];
       }
       __syncwarp(group_mask);
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 6; f += lanes) {
-      b5[r * 6 + f] = v1[f];
+      SEASTAR_GLOBAL(b5[r * 6 + f]) = v1[f];
     }
     __syncwarp(group_mask);
   }
@@ -215,14 +216,15 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       acc_t acc6[4]; for (int k = 0; k < 4; ++k) acc6[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
         const scalar_t* v0 = b0 + nbr * 6;
         const scalar_t* v4 = b2 + eid * 6;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 6) {
-            const acc_t e5 = (v0[f] * v4[f]);
+            const auto g0 = SEASTAR_GLOBAL(v0[f]);
+            const auto g1 = SEASTAR_GLOBAL(v4[f]);
+            const acc_t e5 = (g0 * g1);
             acc6[k] += e5;
           }
         }
@@ -237,7 +239,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 6; f += lanes) {
-      b4[r * 6 + f] = v6[f];
+      SEASTAR_GLOBAL(b4[r * 6 + f]) = v6[f];
     }
     __syncwarp(group_mask);
   }

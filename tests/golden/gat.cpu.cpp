@@ -116,8 +116,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     for (int64_t c0 = 0; c0 < 4; c0 += 64) {
       acc_t acc4[64]; for (int k = 0; k < 64; ++k) acc4[k] = (-(acc_t)INFINITY);
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
@@ -144,8 +143,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     for (int64_t c0 = 0; c0 < 4; c0 += 64) {
       acc_t acc8[64]; for (int k = 0; k < 64; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {
@@ -383,8 +381,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     for (int64_t c0 = 0; c0 < 4; c0 += 64) {
       acc_t acc48[64]; for (int k = 0; k < 64; ++k) acc48[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 4;
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {

@@ -13,7 +13,7 @@ struct seastar_indices {
   const void* data;
   bool wide;  // int64, else int32
   __host__ __device__ inline int64_t operator[](int64_t k) const {
-    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];
+    return wide ? SEASTAR_GLOBAL(static_cast<const int64_t*>(data)[k]) : (int64_t)SEASTAR_GLOBAL(static_cast<const int32_t*>(data)[k]);
   }
 };
 
@@ -61,14 +61,15 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
       acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 4) {
-            const acc_t e2 = (v0[f] + v1[f]);
+            const auto g0 = SEASTAR_GLOBAL(v0[f]);
+            const auto g1 = SEASTAR_GLOBAL(v1[f]);
+            const acc_t e2 = (g0 + g1);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
             if (e3 > acc4[k] || e3 != e3) {
               const acc_t rescale4 = expf(acc4[k] - e3);
@@ -109,20 +110,22 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         const scalar_t* v11 = b2 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 32) {
-            const acc_t e2 = (v0[(f / (8))] + v1[(f / (8))]);
+            const auto g0 = SEASTAR_GLOBAL(v0[(f / (8))]);
+            const auto g1 = SEASTAR_GLOBAL(v1[(f / (8))]);
+            const acc_t e2 = (g0 + g1);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
             const acc_t e6 = (e3 + v5[(f / (8))]);
             const acc_t e7 = expf(e6);
             const acc_t e10 = (e7 * v9[(f / (8))]);
-            const acc_t e12 = (e10 * v11[f]);
+            const auto g2 = SEASTAR_GLOBAL(v11[f]);
+            const acc_t e12 = (e10 * g2);
             acc13[k] += e12;
           }
         }
@@ -137,13 +140,13 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 32; f += lanes) {
-      b3[r * 32 + f] = v13[f];
+      SEASTAR_GLOBAL(b3[r * 32 + f]) = v13[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b4[r * 4 + f] = v4[f];
+      SEASTAR_GLOBAL(b4[r * 4 + f]) = v4[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b5[r * 4 + f] = v8[f];
+      SEASTAR_GLOBAL(b5[r * 4 + f]) = v8[f];
     }
     __syncwarp(group_mask);
   }
@@ -232,12 +235,12 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     const acc_t* v6 = b4 + r * 4;
     acc_t v7[4];
     for (int i0 = 0; i0 < 4; ++i0) {
-      v7[i0] = (-v6[i0]);
+      v7[i0] = (-SEASTAR_GLOBAL(v6[i0]));
     }
     const acc_t* v10 = b5 + r * 4;
     acc_t v11[4];
     for (int i0 = 0; i0 < 4; ++i0) {
-      v11[i0] = ((acc_t)1 / v10[i0]);
+      v11[i0] = ((acc_t)1 / SEASTAR_GLOBAL(v10[i0]));
     }
     acc_t* __restrict__ v18 = scratch + 0;
     acc_t* __restrict__ v43 = scratch + (32);
@@ -245,24 +248,26 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       acc_t acc18[4]; for (int k = 0; k < 4; ++k) acc18[k] = (acc_t)0.0;
       acc_t acc43[4]; for (int k = 0; k < 4; ++k) acc43[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 32) {
-            const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
+            const auto g0 = SEASTAR_GLOBAL(v2[(f / (8))]);
+            const auto g1 = SEASTAR_GLOBAL(v3[(f / (8))]);
+            const acc_t e4 = (g0 + g1);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
             const acc_t e8 = (e5 + v7[(f / (8))]);
             const acc_t e9 = expf(e8);
-            const acc_t e17 = (e9 * v1[f]);
+            const auto g2 = SEASTAR_GLOBAL(v1[f]);
+            const acc_t e17 = (e9 * g2);
             const bool e26 = (e4 > (acc_t)0.0);
             const acc_t e28 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
             const acc_t e29 = (v11[(f / (8))] * e9);
             const acc_t e30 = (e29 * e28);
-            const acc_t e42 = (e30 * v1[f]);
+            const acc_t e42 = (e30 * g2);
             acc18[k] += e17;
             acc43[k] += e42;
           }
@@ -286,7 +291,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     const scalar_t* v0 = b0 + r * 32;
     acc_t* __restrict__ v20 = scratch + (32) + (32) + (32);
     for (int f = lane; f < 32; f += lanes) {
-      v20[f] = (v0[f] * v18[f]);
+      v20[f] = (SEASTAR_GLOBAL(v0[f]) * v18[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v21 = scratch + (32) + (32) + (32) + (32);
@@ -320,14 +325,15 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc48[4]; for (int k = 0; k < 4; ++k) acc48[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 4;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 4) {
-            const acc_t e4 = (v2[f] + v3[f]);
+            const auto g0 = SEASTAR_GLOBAL(v2[f]);
+            const auto g1 = SEASTAR_GLOBAL(v3[f]);
+            const acc_t e4 = (g0 + g1);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
             const acc_t e8 = (e5 + v7[f]);
             const acc_t e9 = expf(e8);
@@ -355,7 +361,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     __syncwarp(group_mask);
     acc_t* __restrict__ v45 = scratch + (32) + (32) + (32) + (32) + (32) + (4) + (32);
     for (int f = lane; f < 32; f += lanes) {
-      v45[f] = (v0[f] * v43[f]);
+      v45[f] = (SEASTAR_GLOBAL(v0[f]) * v43[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v46 = scratch + (32) + (32) + (32) + (32) + (32) + (4) + (32) + (32);
@@ -374,16 +380,16 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       v49[i0] = (v47[i0] + v48[i0]);
     }
     for (int f = lane; f < 4; f += lanes) {
-      b7[r * 4 + f] = v49[f];
+      SEASTAR_GLOBAL(b7[r * 4 + f]) = v49[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b9[r * 4 + f] = v7[f];
+      SEASTAR_GLOBAL(b9[r * 4 + f]) = v7[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b10[r * 4 + f] = v11[f];
+      SEASTAR_GLOBAL(b10[r * 4 + f]) = v11[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b11[r * 4 + f] = v37[f];
+      SEASTAR_GLOBAL(b11[r * 4 + f]) = v37[f];
     }
     __syncwarp(group_mask);
   }
@@ -426,8 +432,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       acc_t acc32[4]; for (int k = 0; k < 4; ++k) acc32[k] = (acc_t)0.0;
       acc_t acc40[4]; for (int k = 0; k < 4; ++k) acc40[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v3 = b3 + nbr * 4;
         const acc_t* v7 = b9 + nbr * 4;
         const acc_t* v11 = b10 + nbr * 4;
@@ -437,18 +442,24 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 32) {
-            const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
+            const auto g0 = SEASTAR_GLOBAL(v2[(f / (8))]);
+            const auto g1 = SEASTAR_GLOBAL(v3[(f / (8))]);
+            const acc_t e4 = (g0 + g1);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
-            const acc_t e8 = (e5 + v7[(f / (8))]);
+            const auto g2 = SEASTAR_GLOBAL(v7[(f / (8))]);
+            const acc_t e8 = (e5 + g2);
             const acc_t e9 = expf(e8);
-            const acc_t e12 = (e9 * v11[(f / (8))]);
-            const acc_t e13 = (v0[f] * e12);
+            const auto g3 = SEASTAR_GLOBAL(v11[(f / (8))]);
+            const acc_t e12 = (e9 * g3);
+            const auto g4 = SEASTAR_GLOBAL(v0[f]);
+            const acc_t e13 = (g4 * e12);
             const bool e26 = (e4 > (acc_t)0.0);
             const acc_t e28 = (e26 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e29 = (v11[(f / (8))] * e9);
+            const acc_t e29 = (g3 * e9);
             const acc_t e30 = (e29 * e28);
-            const acc_t e31 = (e30 * v0[f]);
-            const acc_t e38 = (v37[(f / (8))] * e9);
+            const acc_t e31 = (e30 * g4);
+            const auto g5 = SEASTAR_GLOBAL(v37[(f / (8))]);
+            const acc_t e38 = (g5 * e9);
             const acc_t e39 = (e38 * e28);
             acc14[k] += e13;
             acc32[k] += e31;
@@ -475,7 +486,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
     const scalar_t* v1 = b1 + r * 32;
     acc_t* __restrict__ v34 = scratch + (32) + (32) + (4) + (32);
     for (int f = lane; f < 32; f += lanes) {
-      v34[f] = (v1[f] * v32[f]);
+      v34[f] = (SEASTAR_GLOBAL(v1[f]) * v32[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v35 = scratch + (32) + (32) + (4) + (32) + (32);
@@ -494,10 +505,10 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       v41[i0] = (v36[i0] + v40[i0]);
     }
     for (int f = lane; f < 4; f += lanes) {
-      b6[r * 4 + f] = v41[f];
+      SEASTAR_GLOBAL(b6[r * 4 + f]) = v41[f];
     }
     for (int f = lane; f < 32; f += lanes) {
-      b8[r * 32 + f] = v14[f];
+      SEASTAR_GLOBAL(b8[r * 32 + f]) = v14[f];
     }
     __syncwarp(group_mask);
   }

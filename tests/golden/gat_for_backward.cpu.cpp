@@ -119,8 +119,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     for (int64_t c0 = 0; c0 < 4; c0 += 64) {
       acc_t acc4[64]; for (int k = 0; k < 64; ++k) acc4[k] = (-(acc_t)INFINITY);
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma omp simd
         for (int k = 0; k < 4; ++k) {

@@ -13,7 +13,7 @@ struct seastar_indices {
   const void* data;
   bool wide;  // int64, else int32
   __host__ __device__ inline int64_t operator[](int64_t k) const {
-    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];
+    return wide ? SEASTAR_GLOBAL(static_cast<const int64_t*>(data)[k]) : (int64_t)SEASTAR_GLOBAL(static_cast<const int32_t*>(data)[k]);
   }
 };
 
@@ -68,15 +68,16 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
       acc_t acc15[4]; for (int k = 0; k < 4; ++k) acc15[k] = (acc_t)0.0;
       acc_t acc26[4]; for (int k = 0; k < 4; ++k) acc26[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         const scalar_t* v11 = b2 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 32) {
-            const acc_t e2 = (v0[(f / (8))] + v1[(f / (8))]);
+            const auto g0 = SEASTAR_GLOBAL(v0[(f / (8))]);
+            const auto g1 = SEASTAR_GLOBAL(v1[(f / (8))]);
+            const acc_t e2 = (g0 + g1);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
             const bool e18 = (e2 > (acc_t)0.0);
             const acc_t e21 = (e18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
@@ -90,7 +91,8 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
             const acc_t e5 = (-acc4[k]);
             const acc_t e6 = (e3 + e5);
             const acc_t e7 = expf(e6);
-            const acc_t e14 = (e7 * v11[f]);
+            const auto g2 = SEASTAR_GLOBAL(v11[f]);
+            const acc_t e14 = (e7 * g2);
             const acc_t e25 = (e7 * e21);
             acc15[k] += e14;
             if ((f % (8)) == 0) acc8[k] += e7;
@@ -124,25 +126,27 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       acc_t acc24[4]; for (int k = 0; k < 4; ++k) acc24[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         const scalar_t* v11 = b2 + nbr * 32;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 32) {
-            const acc_t e2 = (v0[(f / (8))] + v1[(f / (8))]);
+            const auto g0 = SEASTAR_GLOBAL(v0[(f / (8))]);
+            const auto g1 = SEASTAR_GLOBAL(v1[(f / (8))]);
+            const acc_t e2 = (g0 + g1);
             const acc_t e3 = (e2 > 0 ? e2 : e2 * (acc_t)0.2);
             const acc_t e6 = (e3 + v5[(f / (8))]);
             const acc_t e7 = expf(e6);
             const acc_t e10 = (e7 * v9[(f / (8))]);
-            const acc_t e12 = (e10 * v11[f]);
+            const auto g2 = SEASTAR_GLOBAL(v11[f]);
+            const acc_t e12 = (e10 * g2);
             const acc_t e16 = (v9[(f / (8))] * e7);
             const bool e18 = (e2 > (acc_t)0.0);
             const acc_t e21 = (e18 != 0 ? (acc_t)1.0 : (acc_t)0.2);
             const acc_t e22 = (e16 * e21);
-            const acc_t e23 = (e22 * v11[f]);
+            const acc_t e23 = (e22 * g2);
             acc13[k] += e12;
             acc24[k] += e23;
           }
@@ -159,22 +163,22 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 32; f += lanes) {
-      b3[r * 32 + f] = v13[f];
+      SEASTAR_GLOBAL(b3[r * 32 + f]) = v13[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b4[r * 4 + f] = v4[f];
+      SEASTAR_GLOBAL(b4[r * 4 + f]) = v4[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b5[r * 4 + f] = v8[f];
+      SEASTAR_GLOBAL(b5[r * 4 + f]) = v8[f];
     }
     for (int f = lane; f < 32; f += lanes) {
-      b6[r * 32 + f] = v15[f];
+      SEASTAR_GLOBAL(b6[r * 32 + f]) = v15[f];
     }
     for (int f = lane; f < 32; f += lanes) {
-      b7[r * 32 + f] = v24[f];
+      SEASTAR_GLOBAL(b7[r * 32 + f]) = v24[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b8[r * 4 + f] = v26[f];
+      SEASTAR_GLOBAL(b8[r * 4 + f]) = v26[f];
     }
     __syncwarp(group_mask);
   }
@@ -265,13 +269,13 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     const acc_t* v41 = b7 + r * 32;
     acc_t* __restrict__ v42 = scratch + 0;
     for (int f = lane; f < 32; f += lanes) {
-      v42[f] = (acc_t)(v41[f] != (acc_t)0.0);
+      v42[f] = (acc_t)(SEASTAR_GLOBAL(v41[f]) != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     const scalar_t* v0 = b0 + r * 32;
     acc_t* __restrict__ v43 = scratch + (32);
     for (int f = lane; f < 32; f += lanes) {
-      v43[f] = (v0[f] * v41[f]);
+      v43[f] = (SEASTAR_GLOBAL(v0[f]) * SEASTAR_GLOBAL(v41[f]));
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v44 = scratch + (32) + (32);
@@ -288,17 +292,17 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     const acc_t* v46 = b8 + r * 4;
     acc_t v47[4];
     for (int i0 = 0; i0 < 4; ++i0) {
-      v47[i0] = (acc_t)(v46[i0] != (acc_t)0.0);
+      v47[i0] = (acc_t)(SEASTAR_GLOBAL(v46[i0]) != (acc_t)0.0);
     }
     const acc_t* v17 = b6 + r * 32;
     acc_t* __restrict__ v18 = scratch + (32) + (32) + (32);
     for (int f = lane; f < 32; f += lanes) {
-      v18[f] = (acc_t)(v17[f] != (acc_t)0.0);
+      v18[f] = (acc_t)(SEASTAR_GLOBAL(v17[f]) != (acc_t)0.0);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v19 = scratch + (32) + (32) + (32) + (32);
     for (int f = lane; f < 32; f += lanes) {
-      v19[f] = (v0[f] * v17[f]);
+      v19[f] = (SEASTAR_GLOBAL(v0[f]) * SEASTAR_GLOBAL(v17[f]));
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v20 = scratch + (32) + (32) + (32) + (32) + (32);
@@ -315,7 +319,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     const acc_t* v10 = b5 + r * 4;
     acc_t v11[4];
     for (int i0 = 0; i0 < 4; ++i0) {
-      v11[i0] = ((acc_t)1 / v10[i0]);
+      v11[i0] = ((acc_t)1 / SEASTAR_GLOBAL(v10[i0]));
     }
     acc_t v22[4];
     for (int i0 = 0; i0 < 4; ++i0) {
@@ -335,7 +339,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     }
     acc_t v48[4];
     for (int i0 = 0; i0 < 4; ++i0) {
-      v48[i0] = (v36[i0] * v46[i0]);
+      v48[i0] = (v36[i0] * SEASTAR_GLOBAL(v46[i0]));
     }
     acc_t v49[4];
     for (int i0 = 0; i0 < 4; ++i0) {
@@ -346,21 +350,21 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       v50[i0] = (v45[i0] + v49[i0]);
     }
     for (int f = lane; f < 4; f += lanes) {
-      b10[r * 4 + f] = v50[f];
+      SEASTAR_GLOBAL(b10[r * 4 + f]) = v50[f];
     }
     const acc_t* v6 = b4 + r * 4;
     acc_t v7[4];
     for (int i0 = 0; i0 < 4; ++i0) {
-      v7[i0] = (-v6[i0]);
+      v7[i0] = (-SEASTAR_GLOBAL(v6[i0]));
     }
     for (int f = lane; f < 4; f += lanes) {
-      b12[r * 4 + f] = v7[f];
+      SEASTAR_GLOBAL(b12[r * 4 + f]) = v7[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b13[r * 4 + f] = v11[f];
+      SEASTAR_GLOBAL(b13[r * 4 + f]) = v11[f];
     }
     for (int f = lane; f < 4; f += lanes) {
-      b14[r * 4 + f] = v36[f];
+      SEASTAR_GLOBAL(b14[r * 4 + f]) = v36[f];
     }
     __syncwarp(group_mask);
   }
@@ -403,8 +407,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       acc_t acc31[4]; for (int k = 0; k < 4; ++k) acc31[k] = (acc_t)0.0;
       acc_t acc39[4]; for (int k = 0; k < 4; ++k) acc39[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v3 = b3 + nbr * 4;
         const acc_t* v7 = b12 + nbr * 4;
         const acc_t* v11 = b13 + nbr * 4;
@@ -414,18 +417,24 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 32) {
-            const acc_t e4 = (v2[(f / (8))] + v3[(f / (8))]);
+            const auto g0 = SEASTAR_GLOBAL(v2[(f / (8))]);
+            const auto g1 = SEASTAR_GLOBAL(v3[(f / (8))]);
+            const acc_t e4 = (g0 + g1);
             const acc_t e5 = (e4 > 0 ? e4 : e4 * (acc_t)0.2);
-            const acc_t e8 = (e5 + v7[(f / (8))]);
+            const auto g2 = SEASTAR_GLOBAL(v7[(f / (8))]);
+            const acc_t e8 = (e5 + g2);
             const acc_t e9 = expf(e8);
-            const acc_t e12 = (e9 * v11[(f / (8))]);
-            const acc_t e13 = (v0[f] * e12);
+            const auto g3 = SEASTAR_GLOBAL(v11[(f / (8))]);
+            const acc_t e12 = (e9 * g3);
+            const auto g4 = SEASTAR_GLOBAL(v0[f]);
+            const acc_t e13 = (g4 * e12);
             const bool e25 = (e4 > (acc_t)0.0);
             const acc_t e27 = (e25 != 0 ? (acc_t)1.0 : (acc_t)0.2);
-            const acc_t e28 = (v11[(f / (8))] * e9);
+            const acc_t e28 = (g3 * e9);
             const acc_t e29 = (e28 * e27);
-            const acc_t e30 = (e29 * v0[f]);
-            const acc_t e37 = (v36[(f / (8))] * e9);
+            const acc_t e30 = (e29 * g4);
+            const auto g5 = SEASTAR_GLOBAL(v36[(f / (8))]);
+            const acc_t e37 = (g5 * e9);
             const acc_t e38 = (e37 * e27);
             acc14[k] += e13;
             acc31[k] += e30;
@@ -452,7 +461,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
     const scalar_t* v1 = b1 + r * 32;
     acc_t* __restrict__ v33 = scratch + (32) + (32) + (4) + (32);
     for (int f = lane; f < 32; f += lanes) {
-      v33[f] = (v1[f] * v31[f]);
+      v33[f] = (SEASTAR_GLOBAL(v1[f]) * v31[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v34 = scratch + (32) + (32) + (4) + (32) + (32);
@@ -471,10 +480,10 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       v40[i0] = (v35[i0] + v39[i0]);
     }
     for (int f = lane; f < 4; f += lanes) {
-      b9[r * 4 + f] = v40[f];
+      SEASTAR_GLOBAL(b9[r * 4 + f]) = v40[f];
     }
     for (int f = lane; f < 32; f += lanes) {
-      b11[r * 32 + f] = v14[f];
+      SEASTAR_GLOBAL(b11[r * 32 + f]) = v14[f];
     }
     __syncwarp(group_mask);
   }

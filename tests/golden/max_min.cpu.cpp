@@ -118,8 +118,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       acc_t acc1[32]; for (int k = 0; k < 32; ++k) acc1[k] = (-(acc_t)INFINITY);
       acc_t acc4[32]; for (int k = 0; k < 32; ++k) acc4[k] = (acc_t)INFINITY;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 3;
         #pragma omp simd
         for (int k = 0; k < 3; ++k) {
@@ -226,8 +225,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       acc_t acc7[32]; for (int k = 0; k < 32; ++k) acc7[k] = (acc_t)0.0;
       acc_t acc17[32]; for (int k = 0; k < 32; ++k) acc17[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 3;
         #pragma omp simd
         for (int k = 0; k < 3; ++k) {
@@ -253,8 +251,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     for (int64_t c0 = 0; c0 < 3; c0 += 64) {
       acc_t acc14[64]; for (int k = 0; k < 64; ++k) acc14[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 3;
         #pragma omp simd
         for (int k = 0; k < 3; ++k) {
@@ -344,8 +341,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
           }
         }
         for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
+          const int64_t nbr = nbrs[j];
           const scalar_t* v3 = b3 + nbr * 3;
           const acc_t* v5 = b4 + nbr * 3;
           const acc_t* v8 = b8 + nbr * 3;
@@ -395,8 +391,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       acc_t acc13[32]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
       acc_t acc21[32]; for (int k = 0; k < 32; ++k) acc21[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v3 = b3 + nbr * 3;
         const acc_t* v5 = b4 + nbr * 3;
         const acc_t* v8 = b8 + nbr * 3;

@@ -13,7 +13,7 @@ struct seastar_indices {
   const void* data;
   bool wide;  // int64, else int32
   __host__ __device__ inline int64_t operator[](int64_t k) const {
-    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];
+    return wide ? SEASTAR_GLOBAL(static_cast<const int64_t*>(data)[k]) : (int64_t)SEASTAR_GLOBAL(static_cast<const int32_t*>(data)[k]);
   }
 };
 
@@ -61,15 +61,16 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
       acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)__int_as_float((int)0xff800000);
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float(0x7f800000);
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 3) {
-            const acc_t e3 = (v0[f] * v2[f]);
-            acc1[k] = (v0[f] > acc1[k] || v0[f] != v0[f]) ? v0[f] : acc1[k];
+            const auto g0 = SEASTAR_GLOBAL(v0[f]);
+            const auto g1 = SEASTAR_GLOBAL(v2[f]);
+            const acc_t e3 = (g0 * g1);
+            acc1[k] = (g0 > acc1[k] || g0 != g0) ? g0 : acc1[k];
             acc4[k] = (e3 < acc4[k] || e3 != e3) ? e3 : acc4[k];
           }
         }
@@ -95,16 +96,16 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 3; f += lanes) {
-      b2[r * 3 + f] = v1[f];
+      SEASTAR_GLOBAL(b2[r * 3 + f]) = v1[f];
     }
     for (int f = lane; f < 3; f += lanes) {
-      b3[r * 3 + f] = v4[f];
+      SEASTAR_GLOBAL(b3[r * 3 + f]) = v4[f];
     }
     for (int f = lane; f < 3; f += lanes) {
-      b4[r * 3 + f] = v4[f];
+      SEASTAR_GLOBAL(b4[r * 3 + f]) = v4[f];
     }
     for (int f = lane; f < 3; f += lanes) {
-      b5[r * 3 + f] = v1[f];
+      SEASTAR_GLOBAL(b5[r * 3 + f]) = v1[f];
     }
     __syncwarp(group_mask);
   }
@@ -196,16 +197,19 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       acc_t acc7[4]; for (int k = 0; k < 4; ++k) acc7[k] = (acc_t)0.0;
       acc_t acc17[4]; for (int k = 0; k < 4; ++k) acc17[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 3) {
-            const acc_t e4 = (v2[f] * v3[f]);
-            const bool e6 = (e4 == v5[f]);
-            const bool e16 = (v2[f] == v15[f]);
+            const auto g0 = SEASTAR_GLOBAL(v2[f]);
+            const auto g1 = SEASTAR_GLOBAL(v3[f]);
+            const acc_t e4 = (g0 * g1);
+            const auto g2 = SEASTAR_GLOBAL(v5[f]);
+            const bool e6 = (e4 == g2);
+            const auto g3 = SEASTAR_GLOBAL(v15[f]);
+            const bool e16 = (g0 == g3);
             acc7[k] += (acc_t)e6;
             acc17[k] += (acc_t)e16;
           }
@@ -230,18 +234,21 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     for (int f0 = 0; f0 < 3; f0 += lanes * 4) {
       acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 3;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 3) {
-            const acc_t e4 = (v2[f] * v3[f]);
-            const bool e6 = (e4 == v5[f]);
+            const auto g0 = SEASTAR_GLOBAL(v2[f]);
+            const auto g1 = SEASTAR_GLOBAL(v3[f]);
+            const acc_t e4 = (g0 * g1);
+            const auto g2 = SEASTAR_GLOBAL(v5[f]);
+            const bool e6 = (e4 == g2);
             const acc_t e9 = ((acc_t)e6 * v8[f]);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e12 = (e10 * v2[f]);
+            const auto g3 = SEASTAR_GLOBAL(v1[f]);
+            const acc_t e10 = (g3 * e9);
+            const acc_t e12 = (e10 * g0);
             acc14[k] += e12;
           }
         }
@@ -256,17 +263,17 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 3; f += lanes) {
-      b7[r * 3 + f] = v14[f];
+      SEASTAR_GLOBAL(b7[r * 3 + f]) = v14[f];
     }
     for (int f = lane; f < 3; f += lanes) {
-      b8[r * 3 + f] = v8[f];
+      SEASTAR_GLOBAL(b8[r * 3 + f]) = v8[f];
     }
     acc_t v18[3];
     for (int i0 = 0; i0 < 3; ++i0) {
       v18[i0] = ((acc_t)1 / v17[i0]);
     }
     for (int f = lane; f < 3; f += lanes) {
-      b9[r * 3 + f] = v18[f];
+      SEASTAR_GLOBAL(b9[r * 3 + f]) = v18[f];
     }
     __syncwarp(group_mask);
   }
@@ -307,8 +314,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       acc_t acc21[4]; for (int k = 0; k < 4; ++k) acc21[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v3 = b3 + nbr * 3;
         const acc_t* v5 = b4 + nbr * 3;
         const acc_t* v8 = b8 + nbr * 3;
@@ -320,14 +326,22 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 3) {
-            const acc_t e4 = (v2[f] * v3[f]);
-            const bool e6 = (e4 == v5[f]);
-            const acc_t e9 = ((acc_t)e6 * v8[f]);
-            const acc_t e10 = (v1[f] * e9);
-            const acc_t e11 = (e10 * v3[f]);
-            const bool e16 = (v2[f] == v15[f]);
-            const acc_t e19 = ((acc_t)e16 * v18[f]);
-            const acc_t e20 = (v0[f] * e19);
+            const auto g0 = SEASTAR_GLOBAL(v2[f]);
+            const auto g1 = SEASTAR_GLOBAL(v3[f]);
+            const acc_t e4 = (g0 * g1);
+            const auto g2 = SEASTAR_GLOBAL(v5[f]);
+            const bool e6 = (e4 == g2);
+            const auto g3 = SEASTAR_GLOBAL(v8[f]);
+            const acc_t e9 = ((acc_t)e6 * g3);
+            const auto g4 = SEASTAR_GLOBAL(v1[f]);
+            const acc_t e10 = (g4 * e9);
+            const acc_t e11 = (e10 * g1);
+            const auto g5 = SEASTAR_GLOBAL(v15[f]);
+            const bool e16 = (g0 == g5);
+            const auto g6 = SEASTAR_GLOBAL(v18[f]);
+            const acc_t e19 = ((acc_t)e16 * g6);
+            const auto g7 = SEASTAR_GLOBAL(v0[f]);
+            const acc_t e20 = (g7 * e19);
             acc13[k] += e11;
             acc21[k] += e20;
           }
@@ -348,7 +362,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       v22[i0] = (v13[i0] + v21[i0]);
     }
     for (int f = lane; f < 3; f += lanes) {
-      b6[r * 3 + f] = v22[f];
+      SEASTAR_GLOBAL(b6[r * 3 + f]) = v22[f];
     }
     __syncwarp(group_mask);
   }

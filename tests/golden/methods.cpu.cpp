@@ -116,8 +116,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     for (int64_t c0 = 0; c0 < 2; c0 += 64) {
       acc_t acc4[64]; for (int k = 0; k < 64; ++k) acc4[k] = (-(acc_t)INFINITY);
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 10;
         acc_t e3[64];
         #pragma omp simd
@@ -149,8 +148,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     for (int64_t c0 = 0; c0 < 2; c0 += 64) {
       acc_t acc8[64]; for (int k = 0; k < 64; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 10;
         acc_t e3[64];
         #pragma omp simd
@@ -453,8 +451,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       v53[i0 * 5 + i1] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
+      const int64_t nbr = nbrs[j];
       const scalar_t* v15 = b3 + nbr * 10;
       acc_t v16[10];
       for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
@@ -563,8 +560,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
       v51[i0 * 5 + i1] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
+      const int64_t nbr = nbrs[j];
       const scalar_t* v0 = b0 + nbr * 5;
       acc_t v1[1];
       {

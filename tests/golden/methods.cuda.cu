@@ -13,7 +13,7 @@ struct seastar_indices {
   const void* data;
   bool wide;  // int64, else int32
   __host__ __device__ inline int64_t operator[](int64_t k) const {
-    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];
+    return wide ? SEASTAR_GLOBAL(static_cast<const int64_t*>(data)[k]) : (int64_t)SEASTAR_GLOBAL(static_cast<const int32_t*>(data)[k]);
   }
 };
 
@@ -61,15 +61,14 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
       acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 10;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 2) {
             acc_t e3 = 0;
-            for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[f * 5 + r3_1] * v1[f * 5 + r3_1]);
+            for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (SEASTAR_GLOBAL(v0[f * 5 + r3_1]) * SEASTAR_GLOBAL(v1[f * 5 + r3_1]));
             if (e3 > acc4[k] || e3 != e3) {
               const acc_t rescale4 = expf(acc4[k] - e3);
               acc8[k] *= rescale4;
@@ -109,19 +108,19 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     for (int f0 = 0; f0 < 10; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 10;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 10) {
             acc_t e3 = 0;
-            for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (v0[(f / (5)) * 5 + r3_1] * v1[(f / (5)) * 5 + r3_1]);
+            for (int r3_1 = 0; r3_1 < 5; ++r3_1) e3 += (SEASTAR_GLOBAL(v0[(f / (5)) * 5 + r3_1]) * SEASTAR_GLOBAL(v1[(f / (5)) * 5 + r3_1]));
             const acc_t e6 = (e3 + v5[(f / (5))]);
             const acc_t e7 = expf(e6);
             const acc_t e10 = (e7 * v9[(f / (5))]);
-            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + expf(-v0[f])));
+            const auto g0 = SEASTAR_GLOBAL(v0[f]);
+            const acc_t e11 = ((acc_t)1 / ((acc_t)1 + expf(-g0)));
             const acc_t e12 = (e10 * e11);
             acc13[k] += e12;
           }
@@ -138,7 +137,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     __syncwarp(group_mask);
     acc_t* __restrict__ v14 = scratch + (2) + (2) + (10);
     for (int f = lane; f < 10; f += lanes) {
-      v14[f] = (v1[f] + v13[f]);
+      v14[f] = (SEASTAR_GLOBAL(v1[f]) + v13[f]);
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v15 = scratch + (2) + (2) + (10) + (10);
@@ -176,16 +175,16 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 5; f += lanes) {
-      b2[r * 5 + f] = v21[f];
+      SEASTAR_GLOBAL(b2[r * 5 + f]) = v21[f];
     }
     for (int f = lane; f < 10; f += lanes) {
-      b3[r * 10 + f] = v13[f];
+      SEASTAR_GLOBAL(b3[r * 10 + f]) = v13[f];
     }
     for (int f = lane; f < 2; f += lanes) {
-      b4[r * 2 + f] = v4[f];
+      SEASTAR_GLOBAL(b4[r * 2 + f]) = v4[f];
     }
     for (int f = lane; f < 2; f += lanes) {
-      b5[r * 2 + f] = v8[f];
+      SEASTAR_GLOBAL(b5[r * 2 + f]) = v8[f];
     }
     __syncwarp(group_mask);
   }
@@ -273,22 +272,22 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     const acc_t* v20 = b4 + r * 2;
     acc_t v21[2];
     for (int i0 = 0; i0 < 2; ++i0) {
-      v21[i0] = (-v20[i0]);
+      v21[i0] = (-SEASTAR_GLOBAL(v20[i0]));
     }
     acc_t* __restrict__ v38 = scratch + 0;
     for (int f0 = 0; f0 < 10; f0 += lanes * 4) {
       acc_t acc38[4]; for (int k = 0; k < 4; ++k) acc38[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v15 = b3 + nbr * 10;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < 10) {
-            const acc_t e16 = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
+            const auto g0 = SEASTAR_GLOBAL(v15[f]);
+            const acc_t e16 = ((acc_t)1 / ((acc_t)1 + expf(-g0)));
             acc_t e19 = 0;
-            for (int r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (v15[(f / (5)) * 5 + r19_1] * v5[(f / (5)) * 5 + r19_1]);
+            for (int r19_1 = 0; r19_1 < 5; ++r19_1) e19 += (SEASTAR_GLOBAL(v15[(f / (5)) * 5 + r19_1]) * SEASTAR_GLOBAL(v5[(f / (5)) * 5 + r19_1]));
             const acc_t e22 = (e19 + v21[(f / (5))]);
             const acc_t e23 = expf(e22);
             const acc_t e37 = (e23 * e16);
@@ -309,7 +308,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     acc_t v1[1];
     {
       acc_t total = 0;
-      for (int j0 = 0; j0 < 5; ++j0) total += v0[j0];
+      for (int j0 = 0; j0 < 5; ++j0) total += SEASTAR_GLOBAL(v0[j0]);
       v1[0] = total;
     }
     const acc_t* v2 = v1;
@@ -331,7 +330,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     __syncwarp(group_mask);
     acc_t* __restrict__ v11 = scratch + (10) + (10);
     for (int f = lane; f < 5; f += lanes) {
-      v11[f] = (v0[f] * (acc_t)0.5);
+      v11[f] = (SEASTAR_GLOBAL(v0[f]) * (acc_t)0.5);
     }
     __syncwarp(group_mask);
     const acc_t* v12 = v11;
@@ -349,7 +348,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     const acc_t* v24 = b5 + r * 2;
     acc_t v25[2];
     for (int i0 = 0; i0 < 2; ++i0) {
-      v25[i0] = ((acc_t)1 / v24[i0]);
+      v25[i0] = ((acc_t)1 / SEASTAR_GLOBAL(v24[i0]));
     }
     acc_t* __restrict__ v39 = scratch + (10) + (10) + (5) + (10) + (10);
     for (int f = lane; f < 10; f += lanes) {
@@ -389,12 +388,11 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       v53[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
+      const int64_t nbr = nbrs[j];
       const scalar_t* v15 = b3 + nbr * 10;
       acc_t* __restrict__ v16 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int f = lane; f < 10; f += lanes) {
-        v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
+        v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-SEASTAR_GLOBAL(v15[f]))));
       }
       __syncwarp(group_mask);
       acc_t* __restrict__ v17 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
@@ -418,7 +416,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       }
       acc_t* __restrict__ v18 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int f = lane; f < 10; f += lanes) {
-        v18[f] = (v15[f] * v5[f]);
+        v18[f] = (SEASTAR_GLOBAL(v15[f]) * SEASTAR_GLOBAL(v5[f]));
       }
       __syncwarp(group_mask);
       acc_t v19[2];
@@ -447,7 +445,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       __syncwarp(group_mask);
       acc_t* __restrict__ v50 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int f = lane; f < 10; f += lanes) {
-        v50[f] = (v48[f] * v15[f]);
+        v50[f] = (v48[f] * SEASTAR_GLOBAL(v15[f]));
       }
       __syncwarp(group_mask);
       for (int f = lane; f < 10; f += lanes) {
@@ -462,16 +460,16 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 10; f += lanes) {
-      b7[r * 10 + f] = v54[f];
+      SEASTAR_GLOBAL(b7[r * 10 + f]) = v54[f];
     }
     for (int f = lane; f < 2; f += lanes) {
-      b8[r * 2 + f] = v21[f];
+      SEASTAR_GLOBAL(b8[r * 2 + f]) = v21[f];
     }
     for (int f = lane; f < 2; f += lanes) {
-      b9[r * 2 + f] = v25[f];
+      SEASTAR_GLOBAL(b9[r * 2 + f]) = v25[f];
     }
     for (int f = lane; f < 2; f += lanes) {
-      b10[r * 2 + f] = v45[f];
+      SEASTAR_GLOBAL(b10[r * 2 + f]) = v45[f];
     }
     __syncwarp(group_mask);
   }
@@ -506,7 +504,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
     const scalar_t* v15 = b3 + r * 10;
     acc_t* __restrict__ v16 = scratch + 0;
     for (int f = lane; f < 10; f += lanes) {
-      v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-v15[f])));
+      v16[f] = ((acc_t)1 / ((acc_t)1 + expf(-SEASTAR_GLOBAL(v15[f]))));
     }
     __syncwarp(group_mask);
     acc_t* __restrict__ v29 = scratch + (10);
@@ -518,13 +516,12 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       v51[f] = (acc_t)0.0;
     }
     for (int64_t j = begin; j < end; ++j) {
-      const int64_t nbr = nbrs[j], eid = eids[j];
-      (void)nbr; (void)eid;
+      const int64_t nbr = nbrs[j];
       const scalar_t* v0 = b0 + nbr * 5;
       acc_t v1[1];
       {
         acc_t total = 0;
-        for (int j0 = 0; j0 < 5; ++j0) total += v0[j0];
+        for (int j0 = 0; j0 < 5; ++j0) total += SEASTAR_GLOBAL(v0[j0]);
         v1[0] = total;
       }
       const acc_t* v2 = v1;
@@ -546,7 +543,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       __syncwarp(group_mask);
       acc_t* __restrict__ v11 = scratch + (10) + (10) + (10) + (10);
       for (int f = lane; f < 5; f += lanes) {
-        v11[f] = (v0[f] * (acc_t)0.5);
+        v11[f] = (SEASTAR_GLOBAL(v0[f]) * (acc_t)0.5);
       }
       __syncwarp(group_mask);
       const acc_t* v12 = v11;
@@ -564,7 +561,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       const scalar_t* v5 = b1 + nbr * 10;
       acc_t* __restrict__ v18 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10);
       for (int f = lane; f < 10; f += lanes) {
-        v18[f] = (v15[f] * v5[f]);
+        v18[f] = (SEASTAR_GLOBAL(v15[f]) * SEASTAR_GLOBAL(v5[f]));
       }
       __syncwarp(group_mask);
       acc_t v19[2];
@@ -576,7 +573,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       const acc_t* v21 = b8 + nbr * 2;
       acc_t v22[2];
       for (int i0 = 0; i0 < 2; ++i0) {
-        v22[i0] = (v19[i0] + v21[i0]);
+        v22[i0] = (v19[i0] + SEASTAR_GLOBAL(v21[i0]));
       }
       acc_t v23[2];
       for (int i0 = 0; i0 < 2; ++i0) {
@@ -585,7 +582,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       const acc_t* v25 = b9 + nbr * 2;
       acc_t v26[2];
       for (int i0 = 0; i0 < 2; ++i0) {
-        v26[i0] = (v23[i0] * v25[i0]);
+        v26[i0] = (v23[i0] * SEASTAR_GLOBAL(v25[i0]));
       }
       acc_t* __restrict__ v27 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10);
       for (int f = lane; f < 10; f += lanes) {
@@ -609,12 +606,12 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       }
       acc_t v35[2];
       for (int i0 = 0; i0 < 2; ++i0) {
-        v35[i0] = (v28[i0] * v25[i0]);
+        v35[i0] = (v28[i0] * SEASTAR_GLOBAL(v25[i0]));
       }
       const acc_t* v45 = b10 + nbr * 2;
       acc_t v46[2];
       for (int i0 = 0; i0 < 2; ++i0) {
-        v46[i0] = (v35[i0] + v45[i0]);
+        v46[i0] = (v35[i0] + SEASTAR_GLOBAL(v45[i0]));
       }
       acc_t v47[2];
       for (int i0 = 0; i0 < 2; ++i0) {
@@ -628,7 +625,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       __syncwarp(group_mask);
       acc_t* __restrict__ v49 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
       for (int f = lane; f < 10; f += lanes) {
-        v49[f] = (v48[f] * v5[f]);
+        v49[f] = (v48[f] * SEASTAR_GLOBAL(v5[f]));
       }
       __syncwarp(group_mask);
       for (int f = lane; f < 10; f += lanes) {
@@ -663,7 +660,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
     }
     __syncwarp(group_mask);
     for (int f = lane; f < 10; f += lanes) {
-      b6[r * 10 + f] = v52[f];
+      SEASTAR_GLOBAL(b6[r * 10 + f]) = v52[f];
     }
     __syncwarp(group_mask);
   }

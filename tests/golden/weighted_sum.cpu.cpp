@@ -143,8 +143,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
             }
           }
           for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
+            const int64_t nbr = nbrs[j];
             const scalar_t* v0 = b0 + nbr * s0;
             const scalar_t* v1 = b1 + nbr * 1;
             if (j + 16 < end) {
@@ -170,8 +169,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
             }
           }
           for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
+            const int64_t nbr = nbrs[j];
             const scalar_t* v0 = b0 + nbr * s0;
             const scalar_t* v1 = b1 + nbr * 1;
             if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
@@ -194,8 +192,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
             }
           }
           for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
+            const int64_t nbr = nbrs[j];
             const scalar_t* v0 = b0 + nbr * s0;
             const scalar_t* v1 = b1 + nbr * 1;
             if (j + 16 < end) {
@@ -231,8 +228,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       if (c0 + 64 <= s0) { step = 64;
         acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
+          const int64_t nbr = nbrs[j];
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
           if (j + 16 < end) {
@@ -252,8 +248,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       } else if (((s0) - c0) % 16 == 0) { step = 16;
         acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
+          const int64_t nbr = nbrs[j];
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
           if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
@@ -270,8 +265,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
       } else { step = (s0) - c0;
         acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
+          const int64_t nbr = nbrs[j];
           const scalar_t* v0 = b0 + nbr * s0;
           const scalar_t* v1 = b1 + nbr * 1;
           if (j + 16 < end) {
@@ -388,8 +382,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
             }
           }
           for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
+            const int64_t nbr = nbrs[j];
             const scalar_t* v0 = b0 + nbr * s0;
             if (j + 16 < end) {
               const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
@@ -413,8 +406,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
             }
           }
           for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
+            const int64_t nbr = nbrs[j];
             const scalar_t* v0 = b0 + nbr * s0;
             if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
             #pragma omp simd
@@ -435,8 +427,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
             }
           }
           for (int64_t j = begin; j < end; ++j) {
-            const int64_t nbr = nbrs[j], eid = eids[j];
-            (void)nbr; (void)eid;
+            const int64_t nbr = nbrs[j];
             const scalar_t* v0 = b0 + nbr * s0;
             if (j + 16 < end) {
               const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
@@ -489,8 +480,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       if (c0 + 64 <= s0) { step = 64;
         acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
+          const int64_t nbr = nbrs[j];
           const scalar_t* v0 = b0 + nbr * s0;
           if (j + 16 < end) {
             const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
@@ -508,8 +498,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       } else if (((s0) - c0) % 16 == 0) { step = 16;
         acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
+          const int64_t nbr = nbrs[j];
           const scalar_t* v0 = b0 + nbr * s0;
           if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
           #pragma omp simd
@@ -524,8 +513,7 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
       } else { step = (s0) - c0;
         acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
         for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          (void)nbr; (void)eid;
+          const int64_t nbr = nbrs[j];
           const scalar_t* v0 = b0 + nbr * s0;
           if (j + 16 < end) {
             const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;

@@ -13,7 +13,7 @@ struct seastar_indices {
   const void* data;
   bool wide;  // int64, else int32
   __host__ __device__ inline int64_t operator[](int64_t k) const {
-    return wide ? static_cast<const int64_t*>(data)[k] : (int64_t)static_cast<const int32_t*>(data)[k];
+    return wide ? SEASTAR_GLOBAL(static_cast<const int64_t*>(data)[k]) : (int64_t)SEASTAR_GLOBAL(static_cast<const int32_t*>(data)[k]);
   }
 };
 
@@ -58,15 +58,16 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     for (int f0 = 0; f0 < s0; f0 += lanes * 4) {
       acc_t acc3[4]; for (int k = 0; k < 4; ++k) acc3[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * s0;
         const scalar_t* v1 = b1 + nbr * 1;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < s0) {
-            const acc_t e2 = (v0[f] * v1[0]);
+            const auto g0 = SEASTAR_GLOBAL(v0[f]);
+            const auto g1 = SEASTAR_GLOBAL(v1[0]);
+            const acc_t e2 = (g0 * g1);
             acc3[k] += e2;
           }
         }
@@ -81,7 +82,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     }
     __syncwarp(group_mask);
     for (int f = lane; f < s0; f += lanes) {
-      b2[r * s0 + f] = v3[f];
+      SEASTAR_GLOBAL(b2[r * s0 + f]) = v3[f];
     }
     __syncwarp(group_mask);
   }
@@ -182,14 +183,14 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     for (int f0 = 0; f0 < s0; f0 += lanes * 4) {
       acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)0.0;
       for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        (void)nbr; (void)eid;
+        const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * s0;
         #pragma unroll
         for (int k = 0; k < 4; ++k) {
           const int f = f0 + lane + lanes * k;
           if (f < s0) {
-            acc1[k] += v0[f];
+            const auto g0 = SEASTAR_GLOBAL(v0[f]);
+            acc1[k] += g0;
           }
         }
       }
@@ -205,16 +206,16 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     const scalar_t* v2 = b1 + r * 1;
     acc_t* __restrict__ v3 = scratch + (s0);
     for (int f = lane; f < s0; f += lanes) {
-      v3[f] = (v1[f] * v2[0]);
+      v3[f] = (v1[f] * SEASTAR_GLOBAL(v2[0]));
     }
     __syncwarp(group_mask);
     for (int f = lane; f < s0; f += lanes) {
-      b3[r * s0 + f] = v3[f];
+      SEASTAR_GLOBAL(b3[r * s0 + f]) = v3[f];
     }
     const scalar_t* v4 = b2 + r * s0;
     acc_t* __restrict__ v5 = scratch + (s0) + (s0);
     for (int f = lane; f < s0; f += lanes) {
-      v5[f] = (v1[f] * v4[f]);
+      v5[f] = (v1[f] * SEASTAR_GLOBAL(v4[f]));
     }
     __syncwarp(group_mask);
     acc_t v6[1];
@@ -224,7 +225,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       v6[0] = total;
     }
     for (int f = lane; f < 1; f += lanes) {
-      b4[r * 1 + f] = v6[f];
+      SEASTAR_GLOBAL(b4[r * 1 + f]) = v6[f];
     }
     __syncwarp(group_mask);
   }

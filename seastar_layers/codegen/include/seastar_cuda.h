@@ -2,8 +2,8 @@
 //
 // Under nvcc it brings in the CUDA runtime and half-precision headers. Compiled as host C++ (g++),
 // it brings in seastar_cuda_emu.h, which runs the same kernels on the CPU under an emulation of
-// CUDA's execution model (see docs/cuda-emulation.md). The two macros below are the only launch and
-// dynamic-shared-memory spellings generated code uses, so both compilers read one source.
+// CUDA's execution model (see docs/cuda-emulation.md). The macros below are the only launch, dynamic-
+// shared-memory and global-access spellings generated code uses, so both compilers read one source.
 #pragma once
 
 #if defined(__CUDACC__)
@@ -21,6 +21,10 @@
 #define SEASTAR_DYNAMIC_SHARED(T, name)                                      \
   extern __shared__ __align__(16) unsigned char seastar_dynamic_shared_[]; \
   T* const name = reinterpret_cast<T*>(seastar_dynamic_shared_)
+
+// SEASTAR_GLOBAL(x): an element of global memory (a buffer or graph array) the kernel reads or
+// writes; the emulator counts the 32-byte sectors such accesses touch (SEASTAR_EMU_TRAFFIC).
+#define SEASTAR_GLOBAL(x) (x)
 
 #include <atomic>
 

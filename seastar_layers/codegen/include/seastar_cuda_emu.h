@@ -30,6 +30,7 @@
 
 #include <math.h>  // expf, tanhf, isnan, INFINITY, NAN ... in the global namespace, as CUDA has them
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +59,7 @@
 #define SEASTAR_LAUNCH(kernel, grid, block, shmem_bytes, stream) \
   ::seastar_emu::detail::make_launch(kernel, grid, block, shmem_bytes, stream)
 #define SEASTAR_DYNAMIC_SHARED(T, name) T* const name = ::seastar_emu::detail::dynamic_shared<T>()
+#define SEASTAR_GLOBAL(x) (*::seastar_emu::detail::counted(&(x), __LINE__))
 
 // Everything below is private to the module (shared library or executable) it is compiled into:
 // two kernel libraries loaded into one process never share emulator state.
@@ -144,6 +146,19 @@ struct Thread {
   int operand;  // source lane, delta or lane mask
   int width;
   std::uint64_t result;
+  // global accesses this block (SEASTAR_EMU_TRAFFIC): (source line << 32 | how many times this thread
+  // reached that line before, the 32-byte sector); lanes agreeing on the first are one warp instruction
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> accesses;
+  std::vector<std::uint32_t> reached;  // by source line
+};
+
+// Memory traffic of one launch: the sectors each warp instruction touched, summed (what the memory
+// system is asked for), the distinct sectors of the launch (what DRAM must deliver at least), and
+// the largest of any one warp's requests (the critical path a heavy row puts on one warp).
+struct Traffic {
+  std::uint64_t requested = 0, max_warp = 0, warps = 0;
+  std::vector<std::uint64_t> sectors;  // every sector touched, deduplicated at the end of the launch
+  std::map<std::uint32_t, std::uint64_t> by_line;  // requested sectors by source line
 };
 
 struct Emulator {
@@ -190,6 +205,9 @@ struct Emulator {
   cudaError_t last_error = cudaSuccess;
   std::map<int, std::string> messages;  // the latest detailed message for each error code
   std::map<const void*, std::size_t> max_dynamic_shared;
+
+  const char* traffic_path = nullptr;  // SEASTAR_EMU_TRAFFIC: where launches append their traffic
+  Traffic traffic;
 };
 
 inline Emulator emu;
@@ -537,6 +555,66 @@ inline bool release_waiting_threads() {
   return true;
 }
 
+template <class T>
+inline T* counted(T* address, int line) {
+  Thread* t = emu.current;
+  if (emu.traffic_path != nullptr && t != nullptr) {
+    auto at = static_cast<std::size_t>(line);
+    if (t->reached.size() <= at) t->reached.resize(at + 1, 0);
+    std::uint64_t key = static_cast<std::uint64_t>(at) << 32 | t->reached[at]++;
+    auto first = reinterpret_cast<std::uintptr_t>(address), last = first + sizeof(T) - 1;
+    for (std::uintptr_t sector = first / 32; sector <= last / 32; ++sector) t->accesses.emplace_back(key, sector);
+  }
+  return address;
+}
+
+// Adds the finished block's accesses to the launch's traffic, one warp at a time.
+inline void count_block_traffic() {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> warp;
+  for (unsigned base = 0; base < emu.nthreads; base += 32) {
+    warp.clear();
+    for (unsigned i = base; i < base + 32 && i < emu.nthreads; ++i) {
+      Thread& t = emu.threads[i];
+      warp.insert(warp.end(), t.accesses.begin(), t.accesses.end());
+      t.accesses.clear();
+      t.reached.clear();
+    }
+    std::sort(warp.begin(), warp.end());
+    std::uint64_t requests = std::unique(warp.begin(), warp.end()) - warp.begin();
+    for (std::uint64_t k = 0; k < requests; ++k) {
+      emu.traffic.sectors.push_back(warp[k].second);
+      emu.traffic.by_line[static_cast<std::uint32_t>(warp[k].first >> 32)] += 1;
+    }
+    emu.traffic.requested += requests;
+    emu.traffic.max_warp = std::max(emu.traffic.max_warp, requests);
+    emu.traffic.warps += 1;
+  }
+}
+
+// Appends the launch's traffic as one JSON line to SEASTAR_EMU_TRAFFIC's file.
+inline void write_traffic() {
+  std::vector<std::uint64_t>& sectors = emu.traffic.sectors;
+  std::sort(sectors.begin(), sectors.end());
+  std::uint64_t distinct = std::unique(sectors.begin(), sectors.end()) - sectors.begin();
+  if (FILE* out = std::fopen(emu.traffic_path, "a")) {
+    std::fprintf(out,
+                 "{\"kernel\": \"%s\", \"grid\": %u, \"block\": %u, \"warps\": %llu, \"requested_sectors\": %llu, "
+                 "\"distinct_sectors\": %llu, \"max_warp_sectors\": %llu, \"by_line\": {",
+                 kernel_name(emu.kernel).c_str(), emu.grid.x * emu.grid.y * emu.grid.z, emu.nthreads,
+                 static_cast<unsigned long long>(emu.traffic.warps),
+                 static_cast<unsigned long long>(emu.traffic.requested), static_cast<unsigned long long>(distinct),
+                 static_cast<unsigned long long>(emu.traffic.max_warp));
+    const char* separator = "";
+    for (const auto& [line, sectors] : emu.traffic.by_line) {
+      std::fprintf(out, "%s\"%u\": %llu", separator, line, static_cast<unsigned long long>(sectors));
+      separator = ", ";
+    }
+    std::fprintf(out, "}}\n");
+    std::fclose(out);
+  }
+  emu.traffic = Traffic{};
+}
+
 inline bool run_block(std::uint64_t linear_block) {
   dim3 g = emu.grid, b = emu.block;
   emu.block_idx = {static_cast<unsigned>(linear_block % g.x), static_cast<unsigned>(linear_block / g.x % g.y),
@@ -590,7 +668,10 @@ inline bool run_block(std::uint64_t linear_block) {
     }
     if (!release_waiting_threads()) return false;
   }
-  if (emu.exited == emu.nthreads) return true;
+  if (emu.exited == emu.nthreads) {
+    if (emu.traffic_path != nullptr) count_block_traffic();
+    return true;
+  }
   set_error(cudaErrorIllegalInstruction, deadlock_report());
   return false;
 }
@@ -797,6 +878,9 @@ inline void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shme
     getcontext(&emu.threads[i].context);  // a valid signal mask and FPU state for makecontext
   }
   emu.launch_thread = pthread_self();
+  emu.traffic_path = std::getenv("SEASTAR_EMU_TRAFFIC");
+  if (emu.traffic_path != nullptr && *emu.traffic_path == '\0') emu.traffic_path = nullptr;
+  emu.traffic = Traffic{};
   install_fault_handlers();
   Rng rng{emu.seed};
   std::uint64_t blocks = 1ull * grid.x * grid.y * grid.z;
@@ -806,6 +890,7 @@ inline void run_grid(const void* kernel, dim3 grid, dim3 block, std::size_t shme
   restore_fault_handlers();
   release_stacks();
   if (emu.error != cudaSuccess) record_error(emu.error, launch_description() + emu.message);
+  else if (emu.traffic_path != nullptr) write_traffic();
 }
 
 template <class... P>
