@@ -51,6 +51,20 @@ def max_dot(v):  # max's gradient compares the backward's recomputed dot product
     return sum(nb.h for nb in v.innbs) + max((nb.h * v.g).sum(-1, keepdim=True) for nb in v.innbs)
 
 
+def test_a_launch_that_fails_names_its_kernel(emulated, monkeypatch):
+    """A launch CUDA refuses (here the emulator's, with 1 KiB thread stacks) fails the call with the
+    kernel's name, how it was launched and CUDA's reason; the next call runs."""
+    ei, h, g = random_graph(N, N, 40, seed=3), torch.randn(N, 3), torch.randn(N, 3)
+    prog = sl.compile(sum_max)
+    expected = prog(ei, h=h, g=g)
+    monkeypatch.setenv("SEASTAR_EMU_STACK_KB", "1")
+    with pytest.raises(RuntimeError, match=r"launching \w+_forward_kernel0\w* \(\d+ rows, \d+ threads a row, \d+ bytes "
+                                           r"of shared memory a block\): .*SEASTAR_EMU_STACK_KB=1"):
+        prog(ei, h=h, g=g)
+    monkeypatch.delenv("SEASTAR_EMU_STACK_KB")
+    assert all(torch.equal(a, b) for a, b in zip(prog(ei, h=h, g=g), expected))
+
+
 def hub_graph(n: int, seed: int) -> torch.Tensor:
     """Random edges, destinations without in-edges, and one hub (vertex 0) with 4n in-edges."""
     gen = torch.Generator().manual_seed(seed)

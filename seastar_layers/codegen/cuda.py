@@ -59,7 +59,7 @@ class CudaDialect(Dialect):
         return f"SEASTAR_GLOBAL({element})"
 
     def preamble(self, dtype: str) -> str:
-        return '#include <algorithm>\n#include <cstdint>\n#include "seastar_cuda.h"\n'
+        return '#include <algorithm>\n#include <cstdint>\n#include <cstdio>\n#include "seastar_cuda.h"\n'
 
     def types(self, dtype: str) -> list[str]:
         return [f"typedef {STORAGE[dtype]} scalar_t;", f"typedef {C_TYPES[COMPUTE_TYPE[dtype]]} acc_t;"]
@@ -206,9 +206,17 @@ class CudaDialect(Dialect):
             lines += [
                 "  if (rows > 0) {",
                 f"    SEASTAR_LAUNCH({name}, (unsigned)blocks, {THREADS}, (size_t)shared, st)(p);",
-                "    const cudaError_t err = cudaGetLastError();",
-                "    if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);",
-                "    if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));",
+                "    const cudaError_t launched = cudaGetLastError();",
+                "    const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;",
+                "    if (launched != cudaSuccess || freed != cudaSuccess) {",
+                "      static char message[1024];  // what failed, in which kernel, launched how",
+                "      std::snprintf(message, sizeof message, \"%s %s (%lld rows, %d threads a row, %lld bytes of "
+                "shared memory a block): %s\",",
+                f"                    launched != cudaSuccess ? \"launching\" : \"freeing the scratch of\", \"{name}\",",
+                "                    (long long)rows, lanes, (long long)shared,",
+                "                    cudaGetErrorString(launched != cudaSuccess ? launched : freed));",
+                "      return seastar_fail(-3, message);",
+                "    }",
                 "  }",
                 "}"]
         return lines + ["return 0;"]

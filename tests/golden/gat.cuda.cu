@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include "seastar_cuda.h"
 
 namespace seastar___SEASTAR_PREFIX__ {
@@ -182,9 +183,16 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     p.scratch = nullptr;
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
-      const cudaError_t err = cudaGetLastError();
-      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
-      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+      const cudaError_t launched = cudaGetLastError();
+      const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
+      if (launched != cudaSuccess || freed != cudaSuccess) {
+        static char message[1024];  // what failed, in which kernel, launched how
+        std::snprintf(message, sizeof message, "%s %s (%lld rows, %d threads a row, %lld bytes of shared memory a block): %s",
+                      launched != cudaSuccess ? "launching" : "freeing the scratch of", "__SEASTAR_PREFIX__forward_kernel0",
+                      (long long)rows, lanes, (long long)shared,
+                      cudaGetErrorString(launched != cudaSuccess ? launched : freed));
+        return seastar_fail(-3, message);
+      }
     }
   }
   return 0;
@@ -550,9 +558,16 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     p.scratch = nullptr;
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
-      const cudaError_t err = cudaGetLastError();
-      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
-      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+      const cudaError_t launched = cudaGetLastError();
+      const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
+      if (launched != cudaSuccess || freed != cudaSuccess) {
+        static char message[1024];  // what failed, in which kernel, launched how
+        std::snprintf(message, sizeof message, "%s %s (%lld rows, %d threads a row, %lld bytes of shared memory a block): %s",
+                      launched != cudaSuccess ? "launching" : "freeing the scratch of", "__SEASTAR_PREFIX__backward_kernel0",
+                      (long long)rows, lanes, (long long)shared,
+                      cudaGetErrorString(launched != cudaSuccess ? launched : freed));
+        return seastar_fail(-3, message);
+      }
     }
   }
   {
@@ -569,9 +584,16 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     p.scratch = nullptr;
     if (rows > 0) {
       SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
-      const cudaError_t err = cudaGetLastError();
-      if (p.scratch != nullptr) cudaFreeAsync(p.scratch, st);
-      if (err != cudaSuccess) return seastar_fail(-3, cudaGetErrorString(err));
+      const cudaError_t launched = cudaGetLastError();
+      const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
+      if (launched != cudaSuccess || freed != cudaSuccess) {
+        static char message[1024];  // what failed, in which kernel, launched how
+        std::snprintf(message, sizeof message, "%s %s (%lld rows, %d threads a row, %lld bytes of shared memory a block): %s",
+                      launched != cudaSuccess ? "launching" : "freeing the scratch of", "__SEASTAR_PREFIX__backward_kernel1",
+                      (long long)rows, lanes, (long long)shared,
+                      cudaGetErrorString(launched != cudaSuccess ? launched : freed));
+        return seastar_fail(-3, message);
+      }
     }
   }
   return 0;
