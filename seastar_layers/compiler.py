@@ -113,8 +113,8 @@ PIPELINE = (
     Stage("precompute", _precompute, lambda c: f"{c.program}\n  -- backward --\n{c.backward.program}"),
     Stage("save_planning", _plan_saves, _show_saves),
     Stage("schedule", lambda c: replace(c, schedules={
-        "forward": schedule(c.program, online_softmax=TARGETS[c.target].online_softmax),
-        "backward": schedule(c.backward.program, online_softmax=TARGETS[c.target].online_softmax)}),
+        name: schedule(prog, online_softmax=TARGETS[c.target].online_softmax)
+        for name, prog in (("forward", c.program), ("backward", c.backward.program))}),
           lambda c: "\n".join(f"{name}:\n{sched}" for name, sched in c.schedules.items())),
     Stage("render", lambda c: replace(c, source=render_program(c.schedules, TARGETS[c.target], c.dtype,
                                                                PREFIX_PLACEHOLDER, c.pins)),

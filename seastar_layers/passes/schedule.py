@@ -215,7 +215,7 @@ def _merge_online(prog: Program, first: Loop, second: Loop, maxima: dict[int, li
     exps = {e for a in first.aggs for e in maxima[a]}
     if any(set(first.aggs) & _upstream(nodes, [i], set()) for _, i in second.edge_writes):
         return None
-    rescaled = {}
+    rescaled, degrees = {}, {}
     for a in second.aggs:
         operand = nodes[a].args[0]
         read = set(first.aggs) & _upstream(nodes, [operand], set())
@@ -224,20 +224,20 @@ def _merge_online(prog: Program, first: Loop, second: Loop, maxima: dict[int, li
         if len(read) > 1 or nodes[a].op is not Op.AGG_SUM or set(first.aggs) & _upstream(nodes, [operand], exps):
             return None
         (m,) = read
-        degrees = scaling_degrees(prog, set(maxima[m]))
-        degree = degrees and degrees[operand]
+        if m not in degrees:
+            degrees[m] = scaling_degrees(prog, set(maxima[m]))
+        degree = degrees[m] and degrees[m][operand]
         if degree not in (1, 2):
             return None
         rescaled[a] = (m, int(degree))
     return Loop(sorted(first.aggs + second.aggs), second.edge_writes, list(first.aggs), rescaled)
 
 
-def _take_maxima_online(prog: Program, kern: Kernel) -> None:
-    """Fold each loop that only takes row maxima into the next loop, where _merge_online allows."""
-    maxima = _row_maxima(prog)
+def _take_maxima_online(prog: Program, kern: Kernel, maxima: dict[int, list[int]]) -> None:
+    """Fold each loop that only takes row maxima (`_row_maxima`) into the next loop, where _merge_online allows."""
     j = 0
     while j + 1 < len(kern.loops):
-        merged = _merge_online(prog, kern.loops[j], kern.loops[j + 1], maxima) if maxima else None
+        merged = _merge_online(prog, kern.loops[j], kern.loops[j + 1], maxima)
         if merged is not None:
             kern.loops[j:j + 2] = [merged]
         j += 1
@@ -247,6 +247,7 @@ def schedule(prog: Program, online_softmax: bool = False) -> Schedule:
     """Outputs are written to the rows their keys name (DST/SRC rows, or EDGE for per-edge outputs).
     online_softmax: a softmax's row max is taken in the same sweep as its sums (_merge_online)."""
     nodes = prog.nodes
+    maxima = _row_maxima(prog) if online_softmax else {}
     latest = {Space.DST: [-1] * len(nodes), Space.SRC: [-1] * len(nodes)}  # last kernel of each direction needed
     kernel_of: dict[int, int] = {}
     for i, n in enumerate(nodes):
@@ -329,8 +330,8 @@ def schedule(prog: Program, online_softmax: bool = False) -> Schedule:
             else:
                 stage_of(i)
                 kern.row_writes.append((key, i))
-        if online_softmax:
-            _take_maxima_online(prog, kern)
+        if maxima:
+            _take_maxima_online(prog, kern, maxima)
 
     written = {i: buf for buf in buffers for key, i in prog.outputs if key == buf.key}
     for i in sorted(needed_elsewhere):
