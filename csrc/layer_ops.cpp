@@ -18,10 +18,11 @@
 // Python before, op for op, so results are unchanged bit for bit; in inference (plain_values) small
 // projections, gat_conv's scores and bias, and a small graph's APPNP steps come from plain loops, equal
 // up to rounding; gat_conv's scores of plain CPU values come from the same loop where gradients are wanted,
-// recorded as one node (GatScoresBackward). On a small graph APPNP's steps, gcn_conv and gat_conv's usual call run
-// in plain loops also where gradients are wanted (of h; of x, weight and bias; of x, weight, the attention vectors
-// and bias), each recorded as one node (AppnpStepsBackward, GcnConvBackward, GatConvBackward) whose backward runs in
-// plain loops.
+// recorded as one node (GatScoresBackward). On a small graph APPNP's steps, gcn_conv and gat_conv's usual call take a
+// plain path also where gradients are wanted (of h; of x, weight and bias; of x, weight, the attention vectors and
+// bias), each recorded as one node (AppnpStepsBackward, GcnConvBackward, GatConvBackward). gcn_conv's edges there are
+// the weighted_sum program's kernels, called without the op's dispatch (Call on a checked graph), so its small and
+// large paths give the same bits; GAT's attention and APPNP's steps are still plain loops (issue 40).
 #include "seastar_ops.h"  // check_graph_arrays, kSerialWork
 
 #include <ATen/ATen.h>
@@ -242,6 +243,31 @@ template <typename T>
 const T* data_or_null(const OptionalTensor& t) { return t.has_value() ? t->const_data_ptr<T>() : nullptr; }
 
 at::Tensor or_undefined(const OptionalTensor& t) { return t.has_value() ? *t : at::Tensor(); }
+
+// The family of a layer's program (nn/programs.py) in the extension's generated tables.
+const Family& program_family(const char* op) {
+  const Family* family = family_named(op);
+  TORCH_CHECK(family != nullptr, "internal: seastar_layers._C was built without ", op);
+  return *family;
+}
+
+// out = in * scale per row (one scale per row), each element as torch's broadcast product computes it; `out` may be
+// `in`.
+void scale_rows(const at::Tensor& in, const at::Tensor& scale, const at::Tensor& out) {
+  const int64_t rows = in.size(0), width = rows > 0 ? in.numel() / rows : 0;
+  AT_DISPATCH_FLOATING_TYPES(in.scalar_type(), "seastar_layers scale_rows", [&] {
+    const scalar_t *x = in.const_data_ptr<scalar_t>(), *by = scale.const_data_ptr<scalar_t>();
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t f = 0; f < width; ++f) o[r * width + f] = x[r * width + f] * by[r];
+  });
+}
+
+at::Tensor scaled_rows(const at::Tensor& in, const at::Tensor& scale) {
+  at::Tensor out = at::empty_like(in, at::MemoryFormat::Contiguous);
+  scale_rows(in, scale, out);
+  return out;
+}
 
 // The gradients of a small projection (plain_project's, out = x @ weight^T) for the plain loops' nodes, as small
 // as their forward: of its input, grad_out @ weight (`other`: the weight (outs, in), a plain_weight), or of its
@@ -698,9 +724,8 @@ std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, 
 //   out[r] = (sum over r's edges to n, in CSR order, of (edge_weight[eid] *) values[n] * before[n]) * after[r]
 //            (+ bias),
 // each product and sum as the recorded ops (the weighted_sum program) compute it; a null option is absent. It
-// reads all of `values` before it writes `out`, which may be `values`. gcn_conv's plain forward is one over the
-// in-edges (before: the source scales, after: the destination scales), its backward one over the out-edges with
-// the scales swapped; APPNP's steps are one each, forward and backward.
+// reads all of `values` before it writes `out`, which may be `values`. APPNP's steps are one each, forward and
+// backward.
 template <typename T, typename index_t>
 void scaled_neighbour_sum(const index_t* indptr, const index_t* neighbours, const index_t* eids, int64_t rows,
                           int64_t neighbour_rows, int64_t width, const T* values, const T* before, const T* after,
@@ -727,41 +752,39 @@ void scaled_neighbour_sum(const index_t* indptr, const index_t* neighbours, cons
   }
 }
 
-// The backward of gcn_conv's plain loops where autograd records them: the gradients of x, weight and bias (those
-// wanted), the projection's by plain products, as small as the forward's. The scales and edge weights are constants.
+// The backward of gcn_conv's plain path where autograd records it: the gradients of x, weight and bias (those
+// wanted): the weighted_sum program's backward kernel between the scales, the projection's by plain products, as
+// small as the forward's. The scales and edge weights are constants.
 class GcnConvBackward : public PlainLoopsBackward {
  public:
-  GcnConvBackward(at::TensorList graph, const at::Tensor& x, const at::Tensor& weight, bool weight_transposed,
-                  const at::Tensor& src_scale, const at::Tensor& dst_scale, const at::Tensor& edge_weight,
-                  bool with_bias)
-      : PlainLoopsBackward("seastar_layers::gcn_conv"), indptr_(graph[3], false), destinations_(graph[4], false),
-        eids_(graph[5], false), x_(x, false), weight_(weight, false), src_scale_(src_scale, false),
-        dst_scale_(dst_scale, false), edge_weight_(edge_weight, false), with_weight_(weight.defined()),
-        weight_transposed_(weight_transposed), with_bias_(with_bias) {}
+  GcnConvBackward(at::TensorList graph, const GraphSizes& sizes, const at::Tensor& x, const at::Tensor& weight,
+                  bool weight_transposed, const at::Tensor& scaled, const at::Tensor& src_scale,
+                  const at::Tensor& dst_scale, const at::Tensor& edge_weight, bool with_bias)
+      : PlainLoopsBackward("seastar_layers::gcn_conv"), sizes_(sizes), x_(x, false), weight_(weight, false),
+        scaled_(scaled, false), src_scale_(src_scale, false), dst_scale_(dst_scale, false),
+        edge_weight_(edge_weight, false), with_weight_(weight.defined()), weight_transposed_(weight_transposed),
+        with_bias_(with_bias) {
+    for (const at::Tensor& t : graph) graph_.emplace_back(t, false);
+  }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    const at::Tensor indptr = indptr_.unpack(), destinations = destinations_.unpack(), eids = eids_.unpack();
-    const at::Tensor x = x_.unpack();
+    static const Family& weighted_sum = program_family("seastar_layers::weighted_sum");
+    const at::Tensor x = x_.unpack(), scaled = scaled_.unpack();
     const at::Tensor held = with_weight_ ? weight_.unpack() : at::Tensor();
     const at::Tensor weight = weight_transposed_ && held.defined() ? held.t() : held;  // as (out, in)
     const at::Tensor src_scale = src_scale_.unpack(), dst_scale = dst_scale_.unpack();
     const at::Tensor edge_weight = edge_weight_.unpack();
     const at::Tensor grad = grads[0].defined() ? grads[0].contiguous() : input_metadata(0).zeros_like();
-    const int64_t rows_src = x.size(0), rows_dst = grad.size(0), width = grad.size(1);
     torch::autograd::variable_list gradients(3);
     if (with_bias_ && should_compute_output(2)) gradients[2] = grad.sum(0);
     if (!should_compute_output(0) && !(with_weight_ && should_compute_output(1))) return finish(gradients, grads);
-    at::Tensor grad_h = at::empty({rows_src, width}, grad.options());
-    AT_DISPATCH_FLOATING_TYPES(grad.scalar_type(), "seastar_layers::gcn_conv_backward", [&] {
-      AT_DISPATCH_INDEX_TYPES(indptr.scalar_type(), "seastar_layers::gcn_conv_backward", [&] {
-        // the sum's transpose: over the out-edges, the destinations' scales first
-        scaled_neighbour_sum(indptr.const_data_ptr<index_t>(), destinations.const_data_ptr<index_t>(),
-                             eids.const_data_ptr<index_t>(), rows_src, rows_dst, width, grad.const_data_ptr<scalar_t>(),
-                             data_or_null<scalar_t>(dst_scale), data_or_null<scalar_t>(src_scale),
-                             data_or_null<scalar_t>(edge_weight), static_cast<const scalar_t*>(nullptr),
-                             grad_h.mutable_data_ptr<scalar_t>());
-      });
-    });
+    std::vector<at::Tensor> graph;
+    for (const auto& v : graph_) graph.push_back(v.unpack());
+    // the sum's transpose between the scales, the destinations' first
+    const at::Tensor adjoint = dst_scale.defined() ? scaled_rows(grad, dst_scale) : grad;
+    at::Tensor grad_h = Call(weighted_sum, graph, sizes_, {&scaled, edge_weight.defined() ? &edge_weight : nullptr},
+                             {}).backward({}, {adjoint})[0];  // a buffer of its own
+    if (src_scale.defined()) scale_rows(grad_h, src_scale, grad_h);
     if (!with_weight_) {
       gradients[0] = grad_h;
     } else {
@@ -775,56 +798,61 @@ class GcnConvBackward : public PlainLoopsBackward {
 
  protected:
   std::vector<torch::autograd::SavedVariable*> kept() override {
-    return {&indptr_, &destinations_, &eids_, &x_, &weight_, &src_scale_, &dst_scale_, &edge_weight_};
+    std::vector<torch::autograd::SavedVariable*> all = {&x_, &weight_, &scaled_, &src_scale_, &dst_scale_,
+                                                        &edge_weight_};
+    for (auto& v : graph_) all.push_back(&v);
+    return all;
   }
 
  private:
-  torch::autograd::SavedVariable indptr_, destinations_, eids_, x_, weight_, src_scale_, dst_scale_, edge_weight_;
+  GraphSizes sizes_;
+  std::vector<torch::autograd::SavedVariable> graph_;
+  torch::autograd::SavedVariable x_, weight_, scaled_, src_scale_, dst_scale_, edge_weight_;
   bool with_weight_, weight_transposed_, with_bias_;
 };
 
-// Whether gcn_conv runs in plain loops: 2-d CPU features on a graph whose sum (its edges and destinations, times the
-// width) is below torch's grain size, a projection plain_project would take, every tensor contiguous (the weight or its
-// transpose) and of the features' float type, untraced and not dual; x, weight and bias may want gradients
-// (GcnConvBackward), the scales and edge weights not. On a 10-vertex graph the recorded path's five ops (the
-// projection, two scalings, the weighted_sum program, the bias) took about 20 us of PyG's GCNConv's 51.
-bool plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight, const OptionalTensor& src_scale,
-               const OptionalTensor& dst_scale, const OptionalTensor& edge_weight, const OptionalTensor& bias) {
+// The graph's sizes where gcn_conv takes its plain path, else none: 2-d CPU features on a graph whose sum (its edges
+// and destinations, times the width) is below torch's grain size, a projection plain_project would take, every tensor
+// contiguous (the weight or its transpose) and of the features' float type, untraced and not dual; x, weight and bias
+// may want gradients (GcnConvBackward), the scales and edge weights not. The edges are the weighted_sum program's
+// kernel, as on a large graph; the projection, scales and bias plain loops, where on a 10-vertex graph the recorded
+// ops (the projection, two scalings, the program's op, the bias) took about 20 us of PyG's GCNConv's 51.
+std::optional<GraphSizes> plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
+                                    const OptionalTensor& src_scale, const OptionalTensor& dst_scale,
+                                    const OptionalTensor& edge_weight, const OptionalTensor& bias) {
   const auto plain = [&](const at::Tensor& t) { return plain_tensor(t, x.scalar_type()); };
   const bool recording = at::GradMode::is_enabled();
   for (const OptionalTensor* constant : {&src_scale, &dst_scale, &edge_weight})
-    if (constant->has_value() && (!plain(**constant) || (recording && (*constant)->requires_grad()))) return false;
-  if (x.dim() != 2 || !plain(x) || (bias.has_value() && !plain(*bias))) return false;
+    if (constant->has_value() && (!plain(**constant) || (recording && (*constant)->requires_grad())))
+      return std::nullopt;
+  if (x.dim() != 2 || !plain(x) || (bias.has_value() && !plain(*bias))) return std::nullopt;
   const std::optional<int64_t> width = plain_projection_width(x, weight);
-  if (!width.has_value() || (bias.has_value() && (bias->dim() != 1 || bias->size(0) != *width))) return false;
+  if (!width.has_value() || (bias.has_value() && (bias->dim() != 1 || bias->size(0) != *width))) return std::nullopt;
   const std::optional<GraphSizes> sizes = plain_graph(graph, "seastar_layers::gcn_conv");
   if (!sizes.has_value() || (*sizes)[0] != x.size(0) || ((*sizes)[2] + (*sizes)[1]) * *width >= kSerialWork)
-    return false;
-  return (!src_scale.has_value() || one_per_row(*src_scale, (*sizes)[0])) &&
-         (!dst_scale.has_value() || one_per_row(*dst_scale, (*sizes)[1])) &&
-         (!edge_weight.has_value() || (edge_weight->dim() == 1 && edge_weight->size(0) == (*sizes)[2]));
+    return std::nullopt;
+  if ((!src_scale.has_value() || one_per_row(*src_scale, (*sizes)[0])) &&
+      (!dst_scale.has_value() || one_per_row(*dst_scale, (*sizes)[1])) &&
+      (!edge_weight.has_value() || (edge_weight->dim() == 1 && edge_weight->size(0) == (*sizes)[2])))
+    return sizes;
+  return std::nullopt;
 }
 
 // `linear` is the weight as (out, in), `weight` as given (the node's input; (in, out) where weight_transposed)
-at::Tensor plain_gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& linear,
-                          const OptionalTensor& weight, bool weight_transposed, const OptionalTensor& src_scale,
-                          const OptionalTensor& dst_scale, const OptionalTensor& edge_weight,
-                          const OptionalTensor& bias) {
+at::Tensor plain_gcn_conv(at::TensorList graph, const GraphSizes& sizes, const at::Tensor& x,
+                          const OptionalTensor& linear, const OptionalTensor& weight, bool weight_transposed,
+                          const OptionalTensor& src_scale, const OptionalTensor& dst_scale,
+                          const OptionalTensor& edge_weight, const OptionalTensor& bias) {
+  static const Family& weighted_sum = program_family("seastar_layers::weighted_sum");
   const at::Tensor h = linear.has_value() ? plain_project(x, *linear) : x;
-  const int64_t rows_dst = graph[0].numel() - 1, width = h.size(1);
-  at::Tensor out = at::empty({rows_dst, width}, x.options());
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "seastar_layers::gcn_conv", [&] {
-    AT_DISPATCH_INDEX_TYPES(graph[0].scalar_type(), "seastar_layers::gcn_conv", [&] {
-      scaled_neighbour_sum(graph[0].const_data_ptr<index_t>(), graph[1].const_data_ptr<index_t>(),
-                           graph[2].const_data_ptr<index_t>(), rows_dst, h.size(0), width, h.const_data_ptr<scalar_t>(),
-                           data_or_null<scalar_t>(src_scale), data_or_null<scalar_t>(dst_scale),
-                           data_or_null<scalar_t>(edge_weight), data_or_null<scalar_t>(bias),
-                           out.mutable_data_ptr<scalar_t>());
-    });
-  });
+  const at::Tensor scaled = src_scale.has_value() ? scaled_rows(h, *src_scale) : h;
+  at::Tensor out = std::get<0>(Call(weighted_sum, graph, sizes, {&scaled, given(edge_weight)}, {}).forward())[0];
+  if (dst_scale.has_value()) scale_rows(out, *dst_scale, out);  // the program's own result: no one else holds it
+  if (bias.has_value()) add_rows(out, *bias);
   if (torch::autograd::compute_requires_grad(x, weight, bias)) {
-    auto node = make_node<GcnConvBackward>(graph, x, or_undefined(weight), weight_transposed, or_undefined(src_scale),
-                                           or_undefined(dst_scale), or_undefined(edge_weight), bias.has_value());
+    auto node = make_node<GcnConvBackward>(graph, sizes, x, or_undefined(weight), weight_transposed, scaled,
+                                           or_undefined(src_scale), or_undefined(dst_scale), or_undefined(edge_weight),
+                                           bias.has_value());
     node->set_next_edges(torch::autograd::collect_next_edges(x, weight, bias));
     torch::autograd::set_history(out, node);
   }
@@ -857,8 +885,9 @@ at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTen
     at::NoGradGuard unrecorded_view;
     unrecorded = given_weight->t();
   }
-  if (plain_gcn(graph, x, unrecorded, src_scale, dst_scale, edge_weight, bias))
-    return plain_gcn_conv(graph, x, unrecorded, given_weight, transpose, src_scale, dst_scale, edge_weight, bias);
+  if (const auto sizes = plain_gcn(graph, x, unrecorded, src_scale, dst_scale, edge_weight, bias))
+    return plain_gcn_conv(graph, *sizes, x, unrecorded, given_weight, transpose, src_scale, dst_scale, edge_weight,
+                          bias);
   const OptionalTensor weight = transpose ? OptionalTensor(given_weight->t()) : given_weight;
   const bool sum_first = weight.has_value() && x.dim() == 2 && weight->dim() == 2 &&
                          weight->sym_size(0) > x.sym_size(1);

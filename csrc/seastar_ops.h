@@ -21,6 +21,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -362,12 +363,27 @@ inline GraphSizes check_graph_arrays(const char* op, at::TensorList graph) {
   return sizes;
 }
 
+// The family of the op named `op` ("seastar_layers::<name>") among those the extension was built with, or null
+// (csrc/generated/registration.cpp).
+const Family* family_named(const char* op);
+
 // One call of an op: its checked graph and arguments, the variant they select, and running it.
 class Call {
  public:
   Call(const Family& family, at::TensorList graph, Arguments args, Switches switches)
       : f_(family), graph_(graph), args_(std::move(args)), switches_(std::move(switches)) {
     check_graph();
+    check_arguments();
+    select_variant();
+    bind_dims(variant_->forward);
+    bind_dims(variant_->backward);
+  }
+
+  // A composite op's call (layer_ops.cpp) on a graph it has checked (check_graph_arrays gave its sizes): the
+  // arguments are checked as above, and the composite, not the dispatcher, records the autograd node.
+  Call(const Family& family, at::TensorList graph, const GraphSizes& sizes, Arguments args, Switches switches)
+      : f_(family), graph_(graph), args_(std::move(args)), switches_(std::move(switches)) {
+    std::copy(sizes.begin(), sizes.end(), sizes_);
     check_arguments();
     select_variant();
     bind_dims(variant_->forward);
@@ -500,8 +516,10 @@ class Call {
     }
   }
 
-  std::vector<int64_t> shape_of(const Buffer& b) const {
-    std::vector<int64_t> shape;
+  using Shape = c10::SmallVector<int64_t, kMaxRank + 1>;
+
+  Shape shape_of(const Buffer& b) const {
+    Shape shape;
     if (b.rows != Rows::kParam) shape.push_back(rows(b.rows));
     for (int d = 0; d < b.rank; ++d) shape.push_back(b.shape[d] >= 0 ? b.shape[d] : dims_[-1 - b.shape[d]]);
     return shape;
@@ -515,7 +533,7 @@ class Call {
     const char* name = f_.arguments[b.index];
     // here, not in check_arguments: an argument the backward does not read reaches it as a stride-0 stand-in
     TORCH_CHECK_VALUE(t.is_contiguous(), f_.op, ": '", name, "' must be contiguous; pass ", name, ".contiguous()");
-    const std::vector<int64_t> want = shape_of(b);
+    const Shape want = shape_of(b);
     if (b.rows != Rows::kParam) {
       TORCH_CHECK_VALUE(t.size(0) == want[0], f_.op, ": '", name, "' must have one row per ",
                         kRowNames[static_cast<int>(b.rows)], " of the graph (", want[0], "), got ", t.size(0));
@@ -524,7 +542,7 @@ class Call {
     const at::ScalarType dtype = b.compute_type ? compute_dtype(dtype_) : dtype_;
     TORCH_CHECK_TYPE(t.scalar_type() == dtype, f_.op, ": parameter '", name, "' must be ", torch_name(dtype),
                      " (the features are ", torch_name(dtype_), "), got ", torch_name(t.scalar_type()));
-    TORCH_CHECK_VALUE(t.sizes().vec() == want, f_.op, ": parameter '", name, "' must have shape ",
+    TORCH_CHECK_VALUE(t.sizes() == at::IntArrayRef(want), f_.op, ": parameter '", name, "' must have shape ",
                       at::IntArrayRef(want), ", got ", t.sizes());
   }
 
@@ -573,13 +591,13 @@ class Call {
     }
     const void* graph_pointers[kGraphSlots] = {};
     for (size_t k = 0; k < graph_.size(); ++k) graph_pointers[k] = graph_[k].const_data_ptr();
-    std::vector<void*> pointers(buffers.size() + 1);
-    std::vector<int64_t> numels(buffers.size() + 1);
+    c10::SmallVector<void*, 24> pointers(buffers.size() + 1);
+    c10::SmallVector<int64_t, 24> numels(buffers.size() + 1);
     for (size_t k = 0; k < buffers.size(); ++k) {
       pointers[k] = buffers[k].data_ptr();
       numels[k] = buffers[k].numel();
     }
-    std::vector<int64_t> dims = dims_;
+    c10::SmallVector<int64_t, 8> dims(dims_.begin(), dims_.end());
     dims.push_back(0);
     const int rc = program.run(sizes_, dims.data(), graph_pointers, pointers.data(), numels.data(),
                                threads(numels), stream(device));
@@ -610,9 +628,9 @@ class Call {
   }
 
   at::Tensor checked_input(const at::Tensor& t, const Buffer& b, const char* list, int index) const {
-    const std::vector<int64_t> want = shape_of(b);
+    const Shape want = shape_of(b);
     TORCH_CHECK_VALUE(t.defined(), f_.op, "_backward: '", list, "'[", index, "] is an undefined tensor");
-    TORCH_CHECK_VALUE(t.sizes().vec() == want, f_.op, "_backward: '", list, "'[", index, "] must have shape ",
+    TORCH_CHECK_VALUE(t.sizes() == at::IntArrayRef(want), f_.op, "_backward: '", list, "'[", index, "] must have shape ",
                       at::IntArrayRef(want), ", got ", t.sizes());
     const at::ScalarType dtype = b.compute_type ? compute_dtype(dtype_) : dtype_;
     TORCH_CHECK_TYPE(t.scalar_type() == dtype, f_.op, "_backward: '", list, "'[", index, "] must be ",
@@ -625,7 +643,7 @@ class Call {
   // Threads for a CPU kernel: one where the work is less than torch gives a thread (its grain
   // size): a parallel region costs more than a small graph's kernel, and on a busy machine far more
   // (as runtime/executor.py: threads_for).
-  int threads(const std::vector<int64_t>& numels) const {
+  int threads(at::ArrayRef<int64_t> numels) const {
     int64_t work = sizes_[2];
     for (int64_t n : numels) work += n;
     return work < kSerialWork ? 1 : at::get_num_threads();

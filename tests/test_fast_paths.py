@@ -36,10 +36,11 @@ def test_source_has_the_fast_path_and_its_dispatch():
     prog = sl.compile(scaled_attention, shapes=SHAPES, fast_sizes=[{"heads": 8, "channels": 8}])
     source = prog.source(**features(3, 2, 3))
     assert "_forward_kernel0_fast0(const forward_params& p)" in source
-    # the portable build gives a fast path's kernels an AVX-512 clone too (codegen/cpu.py: CLONES)
+    # the portable build gives a fast path's kernels an AVX-512 clone too (codegen/cpu.py: CLONES): the
+    # function holding their rows' work, which the kernel calls on one thread or a team's
     assert re.search(r'"arch=x86-64-v4", "arch=x86-64-v3", "default"\)\)\)\n#endif\n'
-                     r"static void \w+_forward_kernel0_fast0\(", source)
-    assert re.search(r"SEASTAR_CLONES static void \w+_forward_kernel0\(", source)
+                     r"static void \w+_forward_kernel0_fast0_rows\(", source)
+    assert re.search(r"SEASTAR_CLONES static void \w+_forward_kernel0_rows\(", source)
     assert "if (s0 == 8 && s1 == 8) {  // fast path 0" in source
     assert "const int64_t s0 = 8; (void)s0;" in source
     # the half types keep the generic kernels only (codegen/cstyle.py: PINNED_DTYPES)

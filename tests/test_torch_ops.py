@@ -561,8 +561,9 @@ def test_gcn_conv_inference_projection_equals_the_recorded_one():
 @pytest.mark.parametrize("projected", [False, True], ids=["features", "projection"])
 def test_small_recorded_gcn_conv_is_one_node(edge_weights, projected):
     """On a small graph where x, the weight and the bias want gradients (the scales and edge weights
-    are constants, as the layers pass them), gcn_conv runs in plain loops and records one node whose
-    backward is their transpose in plain loops (no mm, no weighted_sum either way): equal to the
+    are constants, as the layers pass them), gcn_conv takes its plain path and records one node whose
+    backward is its transpose (no mm; the weighted_sum program's kernels run without its op's dispatch
+    either way): equal to the
     recorded ops (a scale wanting a gradient takes those) in float32 and float64, whichever of x,
     weight and bias want gradients; gradcheck in float64; a second and a double backward raise as
     the programs' ops do."""
@@ -608,6 +609,56 @@ def test_small_recorded_gcn_conv_is_one_node(edge_weights, projected):
     (grad,) = torch.autograd.grad(conv(*given).pow(2).sum(), x, create_graph=True)
     with pytest.raises(RuntimeError, match="seastar_layers::gcn_conv has no double backward"):
         grad.sum().backward()
+
+
+@pytest.mark.parametrize("edge_weights", [False, True], ids=["degree scales", "edge weights"])
+def test_small_and_large_gcn_paths_give_the_same_bits(edge_weights):
+    """gcn_conv's small-graph path sums the edges with the weighted_sum program's kernels, as the recorded
+    ops do on any graph: given the features projected (the projections' orders differ), both compute every
+    element in the same order, so output and gradients are equal bit for bit, not only close. A scale
+    wanting a gradient takes the recorded ops on the same small graph."""
+    gen = torch.Generator().manual_seed(21)
+    x = torch.randn(N, 6, generator=gen, requires_grad=True)
+    bias = torch.randn(6, generator=gen, requires_grad=True)
+    src_scale, dst_scale = (torch.rand(N, 1, generator=gen) + 0.5 for _ in range(2))
+    w = torch.rand(GRAPH.num_edges, generator=gen) if edge_weights else None
+    small = OPS.gcn_conv(GRAPH.tensors(), x, None, src_scale, dst_scale, w, bias)
+    assert small.grad_fn.name() == "seastar_layers::gcn_conv_backward"
+    recorded = OPS.gcn_conv(GRAPH.tensors(), x, None, src_scale.clone().requires_grad_(), dst_scale, w, bias)
+    assert recorded.grad_fn.name() != "seastar_layers::gcn_conv_backward"
+    assert torch.equal(small, recorded)
+    grad = torch.randn_like(small)
+    for got, want in zip(torch.autograd.grad(small, [x, bias], grad), torch.autograd.grad(recorded, [x, bias], grad),
+                         strict=True):
+        assert torch.equal(got, want)
+
+
+def test_one_thread_and_a_team_give_the_same_bits():
+    """A CPU kernel's rows run on the calling thread where the work is small or one thread is allowed (the
+    serial entry: no parallel region), else on a team taking chunks of rows; each row is one thread's work
+    in its edges' order, so both give the same bits, forward and backward, for every program."""
+    graph = sl.Graph.from_edge_index(random_graph(3000, 3000, 24000, seed=5), 3000)
+    gen = torch.Generator().manual_seed(8)
+    a_src, a_dst = torch.randn(3000, 8, 1, generator=gen), torch.randn(3000, 8, 1, generator=gen)
+    h = torch.randn(3000, 8, 8, generator=gen, requires_grad=True)
+    slope = torch.tensor(0.2)
+
+    def run():
+        out = OPS.gat_attention(graph.tensors(), a_src, h, slope, a_dst)[0][0]
+        summed = OPS.weighted_sum(graph.tensors(), h.flatten(1))[0][0]
+        grads = torch.autograd.grad((out * out).sum() + (summed * summed).sum(), h)
+        return out.detach(), summed.detach(), *grads
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        serial = run()
+        torch.set_num_threads(max(threads, 2))
+        team = run()
+    finally:
+        torch.set_num_threads(threads)
+    for one, many in zip(serial, team, strict=True):
+        assert torch.equal(one, many)
 
 
 @pytest.mark.parametrize("concat", [True, False])

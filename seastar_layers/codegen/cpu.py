@@ -12,6 +12,7 @@ from ..runtime import config
 from .dialect import COMPUTE_TYPE, BlockLayout, Dialect, ElementLoop, c_max
 
 STACK_LIMIT = 256  # elements of a value kept in a local array
+ROW_CHUNK = 32  # rows a thread of a team takes at a time (a dynamic schedule: hubs and the rest even out)
 BLOCK = 16  # features per register-resident accumulator block in blocked edge loops, at least
 # Accumulator elements a blocked loop keeps in registers (AVX2's 16 registers hold 128 floats; the
 # operands need the rest): a loop with one float aggregation takes 64 features a block, so a
@@ -200,9 +201,34 @@ class CpuDialect(Dialect):
             return [*FAST_CLONES, f"static void {name}(const {params}& p) {{"]
         return [f"SEASTAR_CLONES static void {name}(const {params}& p) {{"]
 
+    outlines_rows = True
+
+    def rows_open(self, name: str, params: str, fast: bool = False, dtype: str = "float32") -> list[str]:
+        signature = (f"static void {name}_rows(const {params}& p, int64_t row_begin, int64_t row_end, "
+                     "acc_t* __restrict__ scratch) {")
+        return [*FAST_CLONES, signature] if fast else [f"SEASTAR_CLONES {signature}"]
+
+    def rows_loop_open(self) -> list[str]:
+        return ["(void)scratch;", "for (int64_t r = row_begin; r < row_end; ++r) {"]
+
+    def rows_call(self, name: str, n_rows: str) -> list[str]:
+        # a team's threads take ROW_CHUNK rows at a time, as the dynamic schedule of a row loop would
+        return ["if (p.num_threads <= 1) {",
+                f"  {name}_rows(p, 0, {n_rows}, p.scratch);",
+                "} else {",
+                f"  const int64_t chunks = ({n_rows} + {ROW_CHUNK} - 1) / {ROW_CHUNK};",
+                "  #pragma omp parallel num_threads(p.num_threads)",
+                "  {",
+                "    acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;",
+                "    #pragma omp for schedule(dynamic, 1)",
+                "    for (int64_t c = 0; c < chunks; ++c)",
+                f"      {name}_rows(p, c * {ROW_CHUNK}, std::min<int64_t>({n_rows}, (c + 1) * {ROW_CHUNK}), scratch);",
+                "  }",
+                "}"]
+
     def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool, widest: int | None = None,
                       scratch: int | None = None) -> list[str]:
-        lines = ["#pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)",
+        lines = [f"#pragma omp parallel for schedule(dynamic, {ROW_CHUNK}) num_threads(p.num_threads)",
                  f"for (int64_t r = 0; r < {n_rows}; ++r) {{"]
         if uses_scratch:
             lines.append("  acc_t* __restrict__ scratch = "

@@ -888,8 +888,41 @@ class KernelRenderer:
                                      self.pinned, source_chunked=True).render_rows()
         body = self.render_rows()
         n_rows = "p.num_dst" if dst else "p.num_src"
+        fast = bool(self.pinned)
+        widest, scratch = self.known(self.sizes, max), self.known(self.scratch_sizes, sum)
+        text = "\n".join(body + (chunked or []))
+        self.depth = 0
+        if self.d.outlines_rows:
+            # the rows' body once, in a function of its own that one thread calls for all the rows, or each
+            # thread of a team for its share: a small graph's call opens no parallel region
+            self.emit(*self.d.rows_open(self.name, self.params, fast=fast, dtype=self.dtype))
+            self.prologue(dst, text)
+            self.lines.extend("  " + line for line in [*self.d.rows_loop_open(), *body, "}"])
+            self.depth = 0
+            self.emit("}", "")
+            if chunked is None:
+                self.emit(*self.d.kernel_open(self.name, self.params, fast=False, dtype=self.dtype))
+                self.lines.extend("  " + line for line in self.d.rows_call(self.name, n_rows))
+                self.emit("}")
+                return self.result(n_rows, scratch, widest)
+        self.emit(*self.d.kernel_open(self.name, self.params, fast=fast, dtype=self.dtype))
+        self.prologue(dst, text)
+        if chunked is None:
+            self.row_loop(n_rows, body, bool(self.scratch_sizes), "  ", widest, scratch)
+        else:
+            self.render_source_chunks(n_rows, "p.num_src" if dst else "p.num_dst", row_bytes, body, chunked)
+        self.depth = 0
+        self.emit("}")
+        return self.result(n_rows, scratch, widest)
+
+    def result(self, n_rows: str, scratch: int | None, widest: int | None) -> tuple[str, str, str, str]:
+        return ("\n".join(self.lines), n_rows,
+                str(scratch) if scratch is not None else " + ".join(f"({s})" for s in self.scratch_sizes) or "0",
+                str(widest) if widest is not None else c_max(sorted({str(s) for s in self.sizes})))
+
+    def prologue(self, dst: bool, text: str):
+        """The kernel's opening declarations: its sizes, the graph's arrays and the buffers `text` uses."""
         csr = 0 if dst else 3
-        self.emit(*self.d.kernel_open(self.name, self.params, fast=bool(self.pinned), dtype=self.dtype))
         self.depth = 1
         self.emit(f"// {'dst' if dst else 'src'} rows, {len(self.k.loops)} loop(s) over their "
                   f"{'in' if dst else 'out'}-edges")
@@ -900,7 +933,6 @@ class KernelRenderer:
                   f"const seastar_indices eids{{p.graph[{csr + 2}], p.wide_indices}};",
                   f"const seastar_indices order{{p.graph[{6 if dst else 7}], p.wide_indices}};",
                   "(void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each")
-        text = "\n".join(body + (chunked or []))
         used = set(re.findall(r"\bb(\d+)\b", text))
         written = set(re.findall(r"\bb(\d+)\[[^\]]*\]\)? = ", text))  # the element, or the dialect's access to it
         for key, k in self.buffer_index.items():
@@ -908,16 +940,6 @@ class KernelRenderer:
                 # read-only inputs say so: nvcc may then load them through the read-only data path
                 ctype = ("" if str(k) in written else "const ") + self.buffers[key].c_type
                 self.emit(f"{ctype}* __restrict__ b{k} = ({ctype}*)p.buffers[{k}];  // {key!r}")
-        widest, scratch = self.known(self.sizes, max), self.known(self.scratch_sizes, sum)
-        if chunked is None:
-            self.row_loop(n_rows, body, bool(self.scratch_sizes), "  ", widest, scratch)
-        else:
-            self.render_source_chunks(n_rows, "p.num_src" if dst else "p.num_dst", row_bytes, body, chunked)
-        self.depth = 0
-        self.emit("}")
-        return ("\n".join(self.lines), n_rows,
-                str(scratch) if scratch is not None else " + ".join(f"({s})" for s in self.scratch_sizes) or "0",
-                str(widest) if widest is not None else c_max(sorted({str(s) for s in self.sizes})))
 
     def known(self, sizes: list, combine) -> int | None:
         """combine (max, sum) of element counts where every one is known here (a fast path's kernel, or a
@@ -966,7 +988,10 @@ class KernelRenderer:
         chunk_scratch = any(re.search(r"\bscratch\b", line) for line in chunked)  # where the sums are in partial
         self.row_loop(n_rows, chunked, chunk_scratch, "    ")
         self.emit("  }", "} else {")
-        self.row_loop(n_rows, body, uses_scratch, "  ")
+        if self.d.outlines_rows:
+            self.lines.extend("    " + line for line in self.d.rows_call(self.name, n_rows))
+        else:
+            self.row_loop(n_rows, body, uses_scratch, "  ")
         self.emit("}", "std::free(partial);", "std::free(cursor);")
 
     def row_loop(self, n_rows: str, body: list[str], uses_scratch: bool, indent: str, widest: int | None = None,

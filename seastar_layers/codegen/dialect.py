@@ -155,6 +155,22 @@ class Dialect:
         """The kernel function's opening line(s); `fast`: a fast path's kernel (its sizes constant)."""
         raise NotImplementedError
 
+    # whether a kernel's rows are a function of their own (rows_open, rows_loop_open), called by the kernel
+    # (rows_call) on one thread or a team's; else the kernel holds the row loop (row_loop_open)
+    outlines_rows = False
+
+    def rows_open(self, name: str, params: str, fast: bool = False, dtype: str = "float32") -> list[str]:
+        """The opening of the rows' function of kernel `name` (outlines_rows)."""
+        raise NotImplementedError
+
+    def rows_loop_open(self) -> list[str]:
+        """The loop over the rows' function's rows, defining `r` (outlines_rows)."""
+        raise NotImplementedError
+
+    def rows_call(self, name: str, n_rows: str) -> list[str]:
+        """Lines that run the rows' function of kernel `name` over rows [0, n_rows) (outlines_rows)."""
+        raise NotImplementedError
+
     def row_loop_open(self, n_rows: str, order: str, uses_scratch: bool, widest: int | None = None,
                       scratch: int | None = None) -> list[str]:
         """Lines that open the loop over this group's rows, defining `r` (and `scratch` if used); `widest`

@@ -381,4 +381,10 @@ def render_registration(compiled: dict[str, list[tuple]]) -> str:
         "// the kernels' plain-C entry points, compiled from the generated sources next to this file",
         'extern "C" {', *declarations, "}", "",
         "namespace {", "", "\n\n".join(bodies), "", "}  // namespace", "",
+        "const seastar::Family* seastar::family_named(const char* op) {",
+        f"  static const seastar::Family* const families[] = {{{', '.join(f'&{n}_family' for n in families)}}};",
+        "  for (const seastar::Family* f : families)",
+        "    if (std::strcmp(f->op, op) == 0) return f;",
+        "  return nullptr;",
+        "}", "",
         "TORCH_LIBRARY(seastar_layers, m) {", *schemas, "}", "", "\n\n".join(registrations), ""])

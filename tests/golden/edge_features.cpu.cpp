@@ -94,6 +94,48 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0_rows(const forward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
+  // dst rows, 1 loop(s) over their in-edges
+  const seastar_indices indptr{p.graph[0], p.wide_indices};
+  const seastar_indices nbrs{p.graph[1], p.wide_indices};
+  const seastar_indices eids{p.graph[2], p.wide_indices};
+  const seastar_indices order{p.graph[6], p.wide_indices};
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:w@edge
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:x@src
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:y@dst
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v3 = b2 + r * 6;
+    acc_t v5[6];
+    for (int64_t c0 = 0; c0 < 6; c0 += 64) {
+      acc_t acc5[64]; for (int k = 0; k < 64; ++k) acc5[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        const scalar_t* v0 = b0 + eid * 6;
+        const scalar_t* v1 = b1 + nbr * 6;
+        if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
+        #pragma omp simd
+        for (int k = 0; k < 6; ++k) {
+          const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
+          const acc_t e4 = (e2 + v3[(c0 + k)]);
+          acc5[k] += e4;
+        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 6; ++k) {
+        v5[(c0 + k)] = acc5[k];
+      }
+    }
+    for (int64_t i0 = 0; i0 < 6; ++i0) {
+      b3[r * 6 + i0] = v5[i0];
+    }
+  }
+}
+
 SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   // dst rows, 1 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
@@ -166,35 +208,18 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     }
     }
   } else {
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
-    const int64_t begin = indptr[r], end = indptr[r + 1];
-    (void)begin; (void)end;
-    const scalar_t* v3 = b2 + r * 6;
-    acc_t v5[6];
-    for (int64_t c0 = 0; c0 < 6; c0 += 64) {
-      acc_t acc5[64]; for (int k = 0; k < 64; ++k) acc5[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        const scalar_t* v0 = b0 + eid * 6;
-        const scalar_t* v1 = b1 + nbr * 6;
-        if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
-        #pragma omp simd
-        for (int k = 0; k < 6; ++k) {
-          const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
-          const acc_t e4 = (e2 + v3[(c0 + k)]);
-          acc5[k] += e4;
-        }
-      }
-      #pragma omp simd
-      for (int k = 0; k < 6; ++k) {
-        v5[(c0 + k)] = acc5[k];
+    if (p.num_threads <= 1) {
+      __SEASTAR_PREFIX__forward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+    } else {
+      const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+      #pragma omp parallel num_threads(p.num_threads)
+      {
+        acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; ++c)
+          __SEASTAR_PREFIX__forward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
       }
     }
-    for (int64_t i0 = 0; i0 < 6; ++i0) {
-      b3[r * 6 + i0] = v5[i0];
-    }
-  }
   }
   std::free(partial);
   std::free(cursor);
@@ -237,7 +262,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 1 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -248,8 +273,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:x@src
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:w@edge
   scalar_t* __restrict__ b5 = (scalar_t*)p.buffers[5];  // gradient:y@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v0 = b0 + r * 6;
@@ -273,6 +298,60 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     }
     for (int64_t i0 = 0; i0 < 6; ++i0) {
       b5[r * 6 + i0] = v1[i0];
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__backward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__backward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
+  // src rows, 1 loop(s) over their out-edges
+  const seastar_indices indptr{p.graph[3], p.wide_indices};
+  const seastar_indices nbrs{p.graph[4], p.wide_indices};
+  const seastar_indices eids{p.graph[5], p.wide_indices};
+  const seastar_indices order{p.graph[7], p.wide_indices};
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:w@edge
+  scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    acc_t v6[6];
+    for (int64_t c0 = 0; c0 < 6; c0 += 64) {
+      acc_t acc6[64]; for (int k = 0; k < 64; ++k) acc6[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j], eid = eids[j];
+        const scalar_t* v0 = b0 + nbr * 6;
+        const scalar_t* v4 = b2 + eid * 6;
+        if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);
+        #pragma omp simd
+        for (int k = 0; k < 6; ++k) {
+          const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
+          acc6[k] += e5;
+        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 6; ++k) {
+        v6[(c0 + k)] = acc6[k];
+      }
+    }
+    for (int64_t i0 = 0; i0 < 6; ++i0) {
+      b4[r * 6 + i0] = v6[i0];
     }
   }
 }
@@ -346,33 +425,18 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     }
     }
   } else {
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_src; ++r) {
-    const int64_t begin = indptr[r], end = indptr[r + 1];
-    (void)begin; (void)end;
-    acc_t v6[6];
-    for (int64_t c0 = 0; c0 < 6; c0 += 64) {
-      acc_t acc6[64]; for (int k = 0; k < 64; ++k) acc6[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j], eid = eids[j];
-        const scalar_t* v0 = b0 + nbr * 6;
-        const scalar_t* v4 = b2 + eid * 6;
-        if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);
-        #pragma omp simd
-        for (int k = 0; k < 6; ++k) {
-          const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
-          acc6[k] += e5;
-        }
-      }
-      #pragma omp simd
-      for (int k = 0; k < 6; ++k) {
-        v6[(c0 + k)] = acc6[k];
+    if (p.num_threads <= 1) {
+      __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
+    } else {
+      const int64_t chunks = (p.num_src + 32 - 1) / 32;
+      #pragma omp parallel num_threads(p.num_threads)
+      {
+        acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; ++c)
+          __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
       }
     }
-    for (int64_t i0 = 0; i0 < 6; ++i0) {
-      b4[r * 6 + i0] = v6[i0];
-    }
-  }
   }
   std::free(partial);
   std::free(cursor);

@@ -94,7 +94,7 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0_rows(const forward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 3 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -107,8 +107,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 4;
@@ -218,6 +218,21 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   }
 }
 
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__forward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__forward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
 extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
   if (numels[0] != sizes[0] * 4) return 1;  // feature:el@src [4, 1]
   if (numels[1] != sizes[1] * 4) return 2;  // feature:er@dst [4, 1]
@@ -257,7 +272,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 2 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -274,8 +289,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:7@dst
   acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:11@dst
   acc_t* __restrict__ b11 = (acc_t*)p.buffers[11];  // temp:37@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v3 = b3 + r * 4;
@@ -438,7 +453,22 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   }
 }
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__backward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__backward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // src rows, 1 loop(s) over their out-edges
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
@@ -454,8 +484,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:7@dst
   const acc_t* __restrict__ b10 = (const acc_t*)p.buffers[10];  // temp:11@dst
   const acc_t* __restrict__ b11 = (const acc_t*)p.buffers[11];  // temp:37@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_src; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v2 = b2 + r * 4;
@@ -553,6 +583,21 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
       b8[r * 32 + i0 * 8 + i1] = v14[i0 * 8 + i1];
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_src + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
     }
   }
 }

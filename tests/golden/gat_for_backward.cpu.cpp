@@ -94,7 +94,7 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0_rows(const forward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 3 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -110,8 +110,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   acc_t* __restrict__ b6 = (acc_t*)p.buffers[6];  // saved:15@dst
   acc_t* __restrict__ b7 = (acc_t*)p.buffers[7];  // saved:24@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // saved:26@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 4;
@@ -280,6 +280,21 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   }
 }
 
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__forward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__forward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
 extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
   if (numels[0] != sizes[0] * 4) return 1;  // feature:el@src [4, 1]
   if (numels[1] != sizes[1] * 4) return 2;  // feature:er@dst [4, 1]
@@ -322,7 +337,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 0 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -339,8 +354,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b12 = (acc_t*)p.buffers[12];  // temp:7@dst
   acc_t* __restrict__ b13 = (acc_t*)p.buffers[13];  // temp:11@dst
   acc_t* __restrict__ b14 = (acc_t*)p.buffers[14];  // temp:36@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const acc_t* v41 = b7 + r * 32;
@@ -440,7 +455,22 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   }
 }
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__backward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__backward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // src rows, 1 loop(s) over their out-edges
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
@@ -456,8 +486,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   const acc_t* __restrict__ b12 = (const acc_t*)p.buffers[12];  // temp:7@dst
   const acc_t* __restrict__ b13 = (const acc_t*)p.buffers[13];  // temp:11@dst
   const acc_t* __restrict__ b14 = (const acc_t*)p.buffers[14];  // temp:36@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_src; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v2 = b2 + r * 4;
@@ -555,6 +585,21 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     }
     for (int64_t i0 = 0; i0 < 4; ++i0) for (int64_t i1 = 0; i1 < 8; ++i1) {
       b11[r * 32 + i0 * 8 + i1] = v14[i0 * 8 + i1];
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_src + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
     }
   }
 }

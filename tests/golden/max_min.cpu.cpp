@@ -94,7 +94,7 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0_rows(const forward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 1 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -107,8 +107,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out1@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:1@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v2 = b1 + r * 3;
@@ -158,6 +158,21 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   }
 }
 
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__forward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__forward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
 extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
   if (numels[0] != sizes[0] * 3) return 1;  // feature:x@src [3]
   if (numels[1] != sizes[1] * 3) return 2;  // feature:y@dst [3]
@@ -197,7 +212,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 2 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -212,8 +227,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   scalar_t* __restrict__ b7 = (scalar_t*)p.buffers[7];  // gradient:y@dst
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:8@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:18@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v3 = b3 + r * 3;
@@ -280,6 +295,86 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     }
     for (int64_t i0 = 0; i0 < 3; ++i0) {
       b9[r * 3 + i0] = v18[i0];
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__backward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__backward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
+  // src rows, 1 loop(s) over their out-edges
+  const seastar_indices indptr{p.graph[3], p.wide_indices};
+  const seastar_indices nbrs{p.graph[4], p.wide_indices};
+  const seastar_indices eids{p.graph[5], p.wide_indices};
+  const seastar_indices order{p.graph[7], p.wide_indices};
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // adjoint:out1@dst
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:x@src
+  const scalar_t* __restrict__ b3 = (const scalar_t*)p.buffers[3];  // feature:y@dst
+  const acc_t* __restrict__ b4 = (const acc_t*)p.buffers[4];  // saved:4@dst
+  const acc_t* __restrict__ b5 = (const acc_t*)p.buffers[5];  // saved:1@dst
+  scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
+  const acc_t* __restrict__ b8 = (const acc_t*)p.buffers[8];  // temp:8@dst
+  const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:18@dst
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    const scalar_t* v2 = b2 + r * 3;
+    acc_t v13[3];
+    acc_t v21[3];
+    for (int64_t c0 = 0; c0 < 3; c0 += 32) {
+      acc_t acc13[32]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
+      acc_t acc21[32]; for (int k = 0; k < 32; ++k) acc21[k] = (acc_t)0.0;
+      for (int64_t j = begin; j < end; ++j) {
+        const int64_t nbr = nbrs[j];
+        const scalar_t* v3 = b3 + nbr * 3;
+        const acc_t* v5 = b4 + nbr * 3;
+        const acc_t* v8 = b8 + nbr * 3;
+        const scalar_t* v1 = b1 + nbr * 3;
+        const acc_t* v15 = b5 + nbr * 3;
+        const acc_t* v18 = b9 + nbr * 3;
+        const scalar_t* v0 = b0 + nbr * 3;
+        #pragma omp simd
+        for (int k = 0; k < 3; ++k) {
+          const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+          const bool e6 = (e4 == v5[(c0 + k)]);
+          const acc_t e9 = ((acc_t)e6 * v8[(c0 + k)]);
+          const acc_t e10 = (v1[(c0 + k)] * e9);
+          const acc_t e11 = (e10 * v3[(c0 + k)]);
+          const bool e16 = (v2[(c0 + k)] == v15[(c0 + k)]);
+          const acc_t e19 = ((acc_t)e16 * v18[(c0 + k)]);
+          const acc_t e20 = (v0[(c0 + k)] * e19);
+          acc13[k] += e11;
+          acc21[k] += e20;
+        }
+      }
+      #pragma omp simd
+      for (int k = 0; k < 3; ++k) {
+        v13[(c0 + k)] = acc13[k];
+        v21[(c0 + k)] = acc21[k];
+      }
+    }
+    acc_t v22[3];
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      v22[i0] = (v13[i0] + v21[i0]);
+    }
+    for (int64_t i0 = 0; i0 < 3; ++i0) {
+      b6[r * 3 + i0] = v22[i0];
     }
   }
 }
@@ -380,53 +475,18 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     }
     }
   } else {
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_src; ++r) {
-    const int64_t begin = indptr[r], end = indptr[r + 1];
-    (void)begin; (void)end;
-    const scalar_t* v2 = b2 + r * 3;
-    acc_t v13[3];
-    acc_t v21[3];
-    for (int64_t c0 = 0; c0 < 3; c0 += 32) {
-      acc_t acc13[32]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
-      acc_t acc21[32]; for (int k = 0; k < 32; ++k) acc21[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
-        const int64_t nbr = nbrs[j];
-        const scalar_t* v3 = b3 + nbr * 3;
-        const acc_t* v5 = b4 + nbr * 3;
-        const acc_t* v8 = b8 + nbr * 3;
-        const scalar_t* v1 = b1 + nbr * 3;
-        const acc_t* v15 = b5 + nbr * 3;
-        const acc_t* v18 = b9 + nbr * 3;
-        const scalar_t* v0 = b0 + nbr * 3;
-        #pragma omp simd
-        for (int k = 0; k < 3; ++k) {
-          const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
-          const bool e6 = (e4 == v5[(c0 + k)]);
-          const acc_t e9 = ((acc_t)e6 * v8[(c0 + k)]);
-          const acc_t e10 = (v1[(c0 + k)] * e9);
-          const acc_t e11 = (e10 * v3[(c0 + k)]);
-          const bool e16 = (v2[(c0 + k)] == v15[(c0 + k)]);
-          const acc_t e19 = ((acc_t)e16 * v18[(c0 + k)]);
-          const acc_t e20 = (v0[(c0 + k)] * e19);
-          acc13[k] += e11;
-          acc21[k] += e20;
-        }
-      }
-      #pragma omp simd
-      for (int k = 0; k < 3; ++k) {
-        v13[(c0 + k)] = acc13[k];
-        v21[(c0 + k)] = acc21[k];
+    if (p.num_threads <= 1) {
+      __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
+    } else {
+      const int64_t chunks = (p.num_src + 32 - 1) / 32;
+      #pragma omp parallel num_threads(p.num_threads)
+      {
+        acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; ++c)
+          __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
       }
     }
-    acc_t v22[3];
-    for (int64_t i0 = 0; i0 < 3; ++i0) {
-      v22[i0] = (v13[i0] + v21[i0]);
-    }
-    for (int64_t i0 = 0; i0 < 3; ++i0) {
-      b6[r * 3 + i0] = v22[i0];
-    }
-  }
   }
   std::free(partial);
   std::free(cursor);

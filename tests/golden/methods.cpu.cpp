@@ -94,7 +94,7 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0_rows(const forward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 3 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -107,8 +107,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   acc_t* __restrict__ b3 = (acc_t*)p.buffers[3];  // saved:13@dst
   acc_t* __restrict__ b4 = (acc_t*)p.buffers[4];  // saved:4@dst
   acc_t* __restrict__ b5 = (acc_t*)p.buffers[5];  // saved:8@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v1 = b1 + r * 10;
@@ -267,6 +267,21 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   }
 }
 
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__forward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__forward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
 extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int64_t* dims, const void* const* graph, void* const* buffers, const int64_t* numels, int num_threads, void* stream) {
   if (numels[0] != sizes[0] * 10) return 1;  // feature:h@src [2, 5]
   if (numels[1] != sizes[1] * 10) return 2;  // feature:g@dst [2, 5]
@@ -306,7 +321,7 @@ struct backward_params {
   int lanes;  // threads per row
 };
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // dst rows, 2 loop(s) over their in-edges
   const seastar_indices indptr{p.graph[0], p.wide_indices};
   const seastar_indices nbrs{p.graph[1], p.wide_indices};
@@ -322,8 +337,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   acc_t* __restrict__ b8 = (acc_t*)p.buffers[8];  // temp:21@dst
   acc_t* __restrict__ b9 = (acc_t*)p.buffers[9];  // temp:25@dst
   acc_t* __restrict__ b10 = (acc_t*)p.buffers[10];  // temp:45@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v5 = b1 + r * 10;
@@ -528,7 +543,22 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
   }
 }
 
-SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__backward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__backward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
   // src rows, 1 loop(s) over their out-edges
   const seastar_indices indptr{p.graph[3], p.wide_indices};
   const seastar_indices nbrs{p.graph[4], p.wide_indices};
@@ -542,8 +572,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   const acc_t* __restrict__ b8 = (const acc_t*)p.buffers[8];  // temp:21@dst
   const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:25@dst
   const acc_t* __restrict__ b10 = (const acc_t*)p.buffers[10];  // temp:45@dst
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_src; ++r) {
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
     const scalar_t* v15 = b3 + r * 10;
@@ -685,6 +715,21 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     }
     for (int64_t i0 = 0; i0 < 2; ++i0) for (int64_t i1 = 0; i1 < 5; ++i1) {
       b6[r * 10 + i0 * 5 + i1] = v52[i0 * 5 + i1];
+    }
+  }
+}
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_params& p) {
+  if (p.num_threads <= 1) {
+    __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
+  } else {
+    const int64_t chunks = (p.num_src + 32 - 1) / 32;
+    #pragma omp parallel num_threads(p.num_threads)
+    {
+      acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+      #pragma omp for schedule(dynamic, 1)
+      for (int64_t c = 0; c < chunks; ++c)
+        __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
     }
   }
 }

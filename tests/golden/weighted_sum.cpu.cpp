@@ -94,6 +94,88 @@ struct forward_params {
   int lanes;  // threads per row
 };
 
+SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0_rows(const forward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
+  // dst rows, 1 loop(s) over their in-edges
+  const int64_t s0 = p.dims[0]; (void)s0;
+  const seastar_indices indptr{p.graph[0], p.wide_indices};
+  const seastar_indices nbrs{p.graph[1], p.wide_indices};
+  const seastar_indices eids{p.graph[2], p.wide_indices};
+  const seastar_indices order{p.graph[6], p.wide_indices};
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // feature:h@src
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:norm@src
+  scalar_t* __restrict__ b2 = (scalar_t*)p.buffers[2];  // output:out0@dst
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    acc_t* __restrict__ v3 = scratch + 0;
+    for (int64_t c0 = 0, step = 64; c0 < s0; c0 += step) {
+      if (c0 + 64 <= s0) { step = 64;
+        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j];
+          const scalar_t* v0 = b0 + nbr * s0;
+          const scalar_t* v1 = b1 + nbr * 1;
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
+          #pragma omp simd
+          for (int k = 0; k < 64; ++k) {
+            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
+            acc3[k] += e2;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 64; ++k) {
+          v3[(c0 + k)] = acc3[k];
+        }
+      } else if (((s0) - c0) % 16 == 0) { step = 16;
+        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j];
+          const scalar_t* v0 = b0 + nbr * s0;
+          const scalar_t* v1 = b1 + nbr * 1;
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
+            acc3[k] += e2;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          v3[(c0 + k)] = acc3[k];
+        }
+      } else { step = (s0) - c0;
+        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j];
+          const scalar_t* v0 = b0 + nbr * s0;
+          const scalar_t* v1 = b1 + nbr * 1;
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * ((int)((s0) - c0)); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
+          #pragma omp simd
+          for (int k = 0; k < (int)((s0) - c0); ++k) {
+            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
+            acc3[k] += e2;
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((s0) - c0); ++k) {
+          v3[(c0 + k)] = acc3[k];
+        }
+      }
+    }
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      b2[r * s0 + i0] = v3[i0];
+    }
+  }
+}
+
 SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_params& p) {
   // dst rows, 1 loop(s) over their in-edges
   const int64_t s0 = p.dims[0]; (void)s0;
@@ -218,76 +300,18 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     }
     }
   } else {
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_dst; ++r) {
-    acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
-    const int64_t begin = indptr[r], end = indptr[r + 1];
-    (void)begin; (void)end;
-    acc_t* __restrict__ v3 = scratch + 0;
-    for (int64_t c0 = 0, step = 64; c0 < s0; c0 += step) {
-      if (c0 + 64 <= s0) { step = 64;
-        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j];
-          const scalar_t* v0 = b0 + nbr * s0;
-          const scalar_t* v1 = b1 + nbr * 1;
-          if (j + 16 < end) {
-            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
-            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-          }
-          #pragma omp simd
-          for (int k = 0; k < 64; ++k) {
-            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
-            acc3[k] += e2;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 64; ++k) {
-          v3[(c0 + k)] = acc3[k];
-        }
-      } else if (((s0) - c0) % 16 == 0) { step = 16;
-        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j];
-          const scalar_t* v0 = b0 + nbr * s0;
-          const scalar_t* v1 = b1 + nbr * 1;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
-            acc3[k] += e2;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v3[(c0 + k)] = acc3[k];
-        }
-      } else { step = (s0) - c0;
-        acc_t acc3[64]; for (int k = 0; k < 64; ++k) acc3[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j];
-          const scalar_t* v0 = b0 + nbr * s0;
-          const scalar_t* v1 = b1 + nbr * 1;
-          if (j + 16 < end) {
-            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
-            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * ((int)((s0) - c0)); q += 64) __builtin_prefetch((const char*)ahead + q);
-          }
-          #pragma omp simd
-          for (int k = 0; k < (int)((s0) - c0); ++k) {
-            const acc_t e2 = (v0[(c0 + k)] * v1[0]);
-            acc3[k] += e2;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((s0) - c0); ++k) {
-          v3[(c0 + k)] = acc3[k];
-        }
+    if (p.num_threads <= 1) {
+      __SEASTAR_PREFIX__forward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+    } else {
+      const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+      #pragma omp parallel num_threads(p.num_threads)
+      {
+        acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; ++c)
+          __SEASTAR_PREFIX__forward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
       }
     }
-    for (int64_t i0 = 0; i0 < s0; ++i0) {
-      b2[r * s0 + i0] = v3[i0];
-    }
-  }
   }
   std::free(partial);
   std::free(cursor);
@@ -329,6 +353,103 @@ struct backward_params {
   int num_threads;
   int lanes;  // threads per row
 };
+
+SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0_rows(const backward_params& p, int64_t row_begin, int64_t row_end, acc_t* __restrict__ scratch) {
+  // src rows, 1 loop(s) over their out-edges
+  const int64_t s0 = p.dims[0]; (void)s0;
+  const seastar_indices indptr{p.graph[3], p.wide_indices};
+  const seastar_indices nbrs{p.graph[4], p.wide_indices};
+  const seastar_indices eids{p.graph[5], p.wide_indices};
+  const seastar_indices order{p.graph[7], p.wide_indices};
+  (void)indptr; (void)nbrs; (void)eids; (void)order;  // not every kernel reads each
+  const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
+  const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:norm@src
+  const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:h@src
+  scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // gradient:h@src
+  scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:norm@src
+  (void)scratch;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const int64_t begin = indptr[r], end = indptr[r + 1];
+    (void)begin; (void)end;
+    acc_t* __restrict__ v1 = scratch + 0;
+    for (int64_t c0 = 0, step = 64; c0 < s0; c0 += step) {
+      if (c0 + 64 <= s0) { step = 64;
+        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j];
+          const scalar_t* v0 = b0 + nbr * s0;
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
+          #pragma omp simd
+          for (int k = 0; k < 64; ++k) {
+            acc1[k] += v0[(c0 + k)];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 64; ++k) {
+          v1[(c0 + k)] = acc1[k];
+        }
+      } else if (((s0) - c0) % 16 == 0) { step = 16;
+        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j];
+          const scalar_t* v0 = b0 + nbr * s0;
+          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
+          #pragma omp simd
+          for (int k = 0; k < 16; ++k) {
+            acc1[k] += v0[(c0 + k)];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < 16; ++k) {
+          v1[(c0 + k)] = acc1[k];
+        }
+      } else { step = (s0) - c0;
+        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
+        for (int64_t j = begin; j < end; ++j) {
+          const int64_t nbr = nbrs[j];
+          const scalar_t* v0 = b0 + nbr * s0;
+          if (j + 16 < end) {
+            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
+            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * ((int)((s0) - c0)); q += 64) __builtin_prefetch((const char*)ahead + q);
+          }
+          #pragma omp simd
+          for (int k = 0; k < (int)((s0) - c0); ++k) {
+            acc1[k] += v0[(c0 + k)];
+          }
+        }
+        #pragma omp simd
+        for (int k = 0; k < (int)((s0) - c0); ++k) {
+          v1[(c0 + k)] = acc1[k];
+        }
+      }
+    }
+    const scalar_t* v2 = b1 + r * 1;
+    acc_t* __restrict__ v3 = scratch + (s0);
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      v3[i0] = (v1[i0] * v2[0]);
+    }
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      b3[r * s0 + i0] = v3[i0];
+    }
+    const scalar_t* v4 = b2 + r * s0;
+    acc_t* __restrict__ v5 = scratch + (s0) + (s0);
+    for (int64_t i0 = 0; i0 < s0; ++i0) {
+      v5[i0] = (v1[i0] * v4[i0]);
+    }
+    acc_t v6[1];
+    {
+      acc_t total = 0;
+      for (int64_t j0 = 0; j0 < s0; ++j0) total += v5[j0];
+      v6[0] = total;
+    }
+    {
+      b4[r * 1 + 0] = v6[0];
+    }
+  }
+}
 
 SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_params& p) {
   // src rows, 1 loop(s) over their out-edges
@@ -470,89 +591,18 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel0(const backward_par
     }
     }
   } else {
-  #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-  for (int64_t r = 0; r < p.num_src; ++r) {
-    acc_t* __restrict__ scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
-    const int64_t begin = indptr[r], end = indptr[r + 1];
-    (void)begin; (void)end;
-    acc_t* __restrict__ v1 = scratch + 0;
-    for (int64_t c0 = 0, step = 64; c0 < s0; c0 += step) {
-      if (c0 + 64 <= s0) { step = 64;
-        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j];
-          const scalar_t* v0 = b0 + nbr * s0;
-          if (j + 16 < end) {
-            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
-            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * (64); q += 64) __builtin_prefetch((const char*)ahead + q);
-          }
-          #pragma omp simd
-          for (int k = 0; k < 64; ++k) {
-            acc1[k] += v0[(c0 + k)];
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 64; ++k) {
-          v1[(c0 + k)] = acc1[k];
-        }
-      } else if (((s0) - c0) % 16 == 0) { step = 16;
-        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j];
-          const scalar_t* v0 = b0 + nbr * s0;
-          if (j + 16 < end) __builtin_prefetch(b0 + nbrs[j + 16] * s0 + c0);
-          #pragma omp simd
-          for (int k = 0; k < 16; ++k) {
-            acc1[k] += v0[(c0 + k)];
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 16; ++k) {
-          v1[(c0 + k)] = acc1[k];
-        }
-      } else { step = (s0) - c0;
-        acc_t acc1[64]; for (int k = 0; k < 64; ++k) acc1[k] = (acc_t)0.0;
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j];
-          const scalar_t* v0 = b0 + nbr * s0;
-          if (j + 16 < end) {
-            const auto* ahead = b0 + nbrs[j + 16] * s0 + c0;
-            for (int64_t q = 0; q < (int64_t)sizeof(*ahead) * ((int)((s0) - c0)); q += 64) __builtin_prefetch((const char*)ahead + q);
-          }
-          #pragma omp simd
-          for (int k = 0; k < (int)((s0) - c0); ++k) {
-            acc1[k] += v0[(c0 + k)];
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < (int)((s0) - c0); ++k) {
-          v1[(c0 + k)] = acc1[k];
-        }
+    if (p.num_threads <= 1) {
+      __SEASTAR_PREFIX__backward_kernel0_rows(p, 0, p.num_src, p.scratch);
+    } else {
+      const int64_t chunks = (p.num_src + 32 - 1) / 32;
+      #pragma omp parallel num_threads(p.num_threads)
+      {
+        acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+        #pragma omp for schedule(dynamic, 1)
+        for (int64_t c = 0; c < chunks; ++c)
+          __SEASTAR_PREFIX__backward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
       }
     }
-    const scalar_t* v2 = b1 + r * 1;
-    acc_t* __restrict__ v3 = scratch + (s0);
-    for (int64_t i0 = 0; i0 < s0; ++i0) {
-      v3[i0] = (v1[i0] * v2[0]);
-    }
-    for (int64_t i0 = 0; i0 < s0; ++i0) {
-      b3[r * s0 + i0] = v3[i0];
-    }
-    const scalar_t* v4 = b2 + r * s0;
-    acc_t* __restrict__ v5 = scratch + (s0) + (s0);
-    for (int64_t i0 = 0; i0 < s0; ++i0) {
-      v5[i0] = (v1[i0] * v4[i0]);
-    }
-    acc_t v6[1];
-    {
-      acc_t total = 0;
-      for (int64_t j0 = 0; j0 < s0; ++j0) total += v5[j0];
-      v6[0] = total;
-    }
-    {
-      b4[r * 1 + 0] = v6[0];
-    }
-  }
   }
   std::free(partial);
   std::free(cursor);
