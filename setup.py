@@ -27,7 +27,7 @@ PROGRAMS_PER_FILE = 6  # smaller files spread over the cores more evenly
 REGISTRATION = "registration.cpp"  # the ops' entry points: the one generated file that includes torch headers
 HAND_WRITTEN = ["csrc/module.cpp", "csrc/graph_ops.cpp", "csrc/layer_ops.cpp"]  # beside the generated sources
 TORCH_SOURCES = (REGISTRATION, "graph_ops.cpp", "layer_ops.cpp")  # the sources that include torch headers
-version = re.search(r'__version__ = "([^"]+)"', (ROOT / "seastar_layers" / "__init__.py").read_text()).group(1)
+version = re.search(r'__version__ = "([^"]+)"', (ROOT / "seastar_layers" / "base.py").read_text()).group(1)
 
 
 def write_if_changed(path: Path, text: str) -> None:
@@ -51,7 +51,8 @@ def generate_sources(targets: list[str]) -> list[str]:
     (one file per program family, dtype and target, of similar sizes so they compile in parallel)
     and the registration file with the ops' entry points. Returns their paths."""
     from seastar_layers.codegen import TARGETS
-    from seastar_layers.codegen.torch_entry import dim_names, render_registration, variant_key
+    from seastar_layers.base import variant_key
+    from seastar_layers.codegen.torch_entry import dim_names, render_registration
     from seastar_layers.nn.programs import prebuilt_variants
 
     groups: dict[str, list[str]] = {}
@@ -171,7 +172,8 @@ def configure(ext: Extension, with_cuda: bool) -> list[str]:
     import torch
     from torch.utils import cpp_extension
 
-    from seastar_layers.runtime import config, toolchain
+    from seastar_layers import config
+    from seastar_layers.runtime import toolchain
 
     # relative, as the sources are (the build runs in the source tree): the same compile command in any
     # folder, so a compiler cache serves the sdist's build too (scripts/compiler_cache.sh)
@@ -194,7 +196,8 @@ def configure(ext: Extension, with_cuda: bool) -> list[str]:
 
 def compile_cuda(src: str, output_dir: str, force: bool) -> str:
     """One CUDA kernel source: plain CUDA (no torch headers), the same flags as the JIT's."""
-    from seastar_layers.runtime import config, toolchain
+    from seastar_layers import config
+    from seastar_layers.runtime import toolchain
 
     obj = os.path.join(output_dir, src + ".o")
     if not force and os.path.exists(obj) and os.path.getmtime(obj) >= os.path.getmtime(src):

@@ -84,7 +84,7 @@ inline const char* dtype_name(at::ScalarType t) {
 }
 
 // A variant's key: the features' dtype, the optional arguments given (the seed selects none) and the switches
-// on, as torch_entry.py: variant_key spells it.
+// on, as base.py: variant_key spells it.
 inline std::string variant_key(const Family& f, at::ScalarType dtype, const Arguments& args, const Switches& switches) {
   const char* name = dtype_name(dtype);
   std::string key = name != nullptr ? name : "";

@@ -56,7 +56,7 @@ struct Program {
   int num_buffers;
 };
 
-// One specialisation: its key is the features' dtype and the options given (torch_entry.py: variant_key).
+// One specialisation: its key is the features' dtype and the options given (base.py: variant_key).
 struct Variant {
   const char* key;
   Program forward, backward;

@@ -5,8 +5,7 @@ they are built with.
     from seastar_layers.dgl import GATConv, GraphConv, APPNPConv   # drop-ins for dgl.nn
     import seastar_layers as sl; sl.compile(vertex_function)     # custom layers
 """
-__version__ = "0.1.0"
-
+from .base import __version__  # noqa: F401
 from .compiler import compile  # noqa: E402
 from .errors import CompileError, UnstabilisedSoftmaxWarning  # noqa: E402
 from .graph import Graph  # noqa: E402

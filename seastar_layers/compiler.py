@@ -25,14 +25,11 @@ from .passes.hoist import hoist_params
 from .passes.precompute import move_to_forward, pull_row_factors
 from .passes.schedule import Schedule, schedule
 from .passes.softmax import stabilise_softmax
-from .runtime import config, jit, library, prebuilt, toolchain
-from .runtime.executor import COMPUTE_DTYPE
+from . import config
+from .base import COMPUTE_DTYPE, DTYPE_NAMES
+from .runtime import jit, library, prebuilt, toolchain
 from .runtime.op import CompiledOp, make_op
 from .runtime.params import evaluate_prelude
-
-SUPPORTED_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
-                    torch.bfloat16: "bfloat16"}
-
 
 @dataclass
 class Specialisation:
@@ -156,7 +153,7 @@ def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, target: str 
              pins: tuple = (), for_backward: bool = False) -> Generated:
     """The whole pipeline up to the source, for one specialisation."""
     lowered = lower(fn, specs)
-    c = run_pipeline(lowered.program, target, SUPPORTED_DTYPES[dtype], pins, for_backward)
+    c = run_pipeline(lowered.program, target, DTYPE_NAMES[dtype], pins, for_backward)
     key = "p" + hashlib.sha256(c.source.encode()).hexdigest()[:20] + "_"
     return Generated(key, c.source.replace(PREFIX_PLACEHOLDER, key), c.schedules["forward"],
                      c.schedules["backward"], lowered, c.prelude)
@@ -408,7 +405,7 @@ def _feature_specs(features: dict) -> tuple[dict[str, FeatureSpec], torch.dtype]
     for name, t in features.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"feature {name!r} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dtype not in SUPPORTED_DTYPES:
+        if t.dtype not in DTYPE_NAMES:
             raise TypeError(f"feature {name!r} has dtype {t.dtype}; compiled programs support float32, float64, "
                             "float16 and bfloat16")
         if t.dim() == 0:

@@ -13,12 +13,12 @@ import math
 import numpy
 import torch
 
+from .base import COMPUTE_DTYPE
 from .compat import import_dgl
 from .graph import Graph
 from .nn import programs
 from .nn.modules import leading_rows, linear_weight, member, passes_through
 from .runtime import library
-from .runtime.executor import COMPUTE_DTYPE
 
 dgl = import_dgl()
 from dgl.nn.pytorch import APPNPConv as _DGLAPPNPConv  # noqa: E402

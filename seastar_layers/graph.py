@@ -13,7 +13,17 @@ import torch
 from torch import Tensor
 from torch.utils.dlpack import from_dlpack
 
-from .nn.edges import with_self_loops
+
+
+def with_self_loops(src: Tensor, dst: Tensor, num_loops: int) -> tuple[Tensor, Tensor, Tensor]:
+    """PyG's remove_self_loops, then add_self_loops(num_nodes=num_loops), as (src, dst, listed) slots."""
+    loops = torch.arange(num_loops, dtype=src.dtype, device=src.device)
+    return torch.cat([src, loops]), torch.cat([dst, loops]), listed_with_self_loops(src, dst, num_loops)
+
+
+def listed_with_self_loops(src: Tensor, dst: Tensor, num_loops: int) -> Tensor:
+    """Which of with_self_loops' slots PyG keeps: every edge but a self-loop, then every appended loop."""
+    return torch.cat([src != dst, torch.ones(num_loops, dtype=torch.bool, device=src.device)])
 
 
 class Graph:
@@ -153,7 +163,7 @@ class Graph:
         """From edges src[k] -> dst[k] (1-d integer tensors); where `listed` is given, only the edges
         it marks belong to rows (csr_layouts). With `loops`, PyG's self-loop handling: the edge
         slots are the edges, then a loop (i, i) for each i < loops, and the edges that are loops
-        are not listed (nn/edges.py: with_self_loops). Inside a traced model (torch.compile,
+        are not listed (with_self_loops). Inside a traced model (torch.compile,
         torch.export) the index checks are asserts the compiled graph runs."""
         if loops and listed is not None:
             raise ValueError("Graph.from_edges: pass 'listed' or 'loops', not both")

@@ -20,7 +20,8 @@ import torch
 from helpers import random_graph
 
 import seastar_layers
-from seastar_layers.runtime import config, toolchain
+from seastar_layers import config
+from seastar_layers.runtime import toolchain
 
 INCLUDE = Path(seastar_layers.__file__).parent / "codegen" / "include"
 KERNELS = Path(__file__).parent / "cuda"

@@ -19,7 +19,7 @@ import seastar_layers as sl
 from seastar_layers.ir import Op, Space
 from seastar_layers.nn.programs import FAMILIES
 from seastar_layers.passes.softmax import reaches_a_sum
-from seastar_layers.runtime.executor import COMPUTE_DTYPE
+from seastar_layers.base import COMPUTE_DTYPE
 
 pytestmark = pytest.mark.filterwarnings("error::seastar_layers.UnstabilisedSoftmaxWarning")
 

@@ -16,7 +16,7 @@ import seastar_layers as sl
 from seastar_layers.compat import import_dgl
 from seastar_layers.graph import Graph
 from seastar_layers.nn.programs import weighted_sum
-from seastar_layers.runtime import config
+from seastar_layers import config
 
 OPS = torch.ops.seastar_layers
 CHUNK_BYTES = config.SOURCE_CHUNK_BYTES

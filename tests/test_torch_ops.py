@@ -11,11 +11,10 @@ import torch
 from helpers import checked_variants, random_graph
 
 import seastar_layers as sl
-from seastar_layers.codegen.torch_entry import FOR_BACKWARD, variant_key
+from seastar_layers.base import COMPUTE_DTYPE, FOR_BACKWARD, variant_key
 from seastar_layers.runtime import library
 from seastar_layers.graph import csr_layouts
 from seastar_layers.nn.programs import FAMILIES, GAT_ATTENTION, WEIGHTED_SUM, prebuilt_variants
-from seastar_layers.runtime.executor import COMPUTE_DTYPE
 
 N = 9
 EI = random_graph(N, N, 30, seed=3)

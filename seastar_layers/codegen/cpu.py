@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..runtime import config
+from .. import config
 from .dialect import COMPUTE_TYPE, BlockLayout, Dialect, ElementLoop, c_max
 
 STACK_LIMIT = 256  # elements of a value kept in a local array
@@ -145,7 +145,7 @@ static inline double seastar_exp(double x) {
 
 # Neighbours per chunk of a source-chunked sweep (cstyle.py: render_source_chunks): as many gathered
 # rows as fill 7/8 of a core's L2 (the rest holds the rows being summed into and the graph's arrays),
-# or SEASTAR_SOURCE_CHUNK_BYTES where set (runtime/config.py; 0: one sweep). A standalone
+# or SEASTAR_SOURCE_CHUNK_BYTES where set (config.py; 0: one sweep). A standalone
 # measurement of the 64-wide neighbour sum on the 1/8 Reddit-scale graph (2 MB L2): chunks of 1.9 MB
 # 36-39 ms, of 0.9 MB 41 ms, of 3.7 MB 52 ms, unchunked 60 ms.
 SOURCE_CHUNK_HELPER = r"""

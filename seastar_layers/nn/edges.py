@@ -15,16 +15,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-
-def with_self_loops(src: Tensor, dst: Tensor, num_loops: int) -> tuple[Tensor, Tensor, Tensor]:
-    """PyG's remove_self_loops, then add_self_loops(num_nodes=num_loops), as (src, dst, listed) slots."""
-    loops = torch.arange(num_loops, dtype=src.dtype, device=src.device)
-    return torch.cat([src, loops]), torch.cat([dst, loops]), listed_with_self_loops(src, dst, num_loops)
-
-
-def listed_with_self_loops(src: Tensor, dst: Tensor, num_loops: int) -> Tensor:
-    """Which of with_self_loops' slots PyG keeps: every edge but a self-loop, then every appended loop."""
-    return torch.cat([src != dst, torch.ones(num_loops, dtype=torch.bool, device=src.device)])
+from ..graph import listed_with_self_loops, with_self_loops  # noqa: F401  (the graph builds with them)
 
 
 def remaining_loop_weights(src: Tensor, dst: Tensor, weight: Tensor, num_nodes: int, fill: float) -> Tensor:

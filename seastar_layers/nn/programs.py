@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import torch
 
+from ..base import DTYPES
 from ..compiler import CompiledProgram, compile
-from ..codegen.torch_entry import OpFamily
 from ..runtime import library
+from ..runtime.family import OpFamily
 
-
-DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # What the install compiles, per target: on the CPU the layers' default dtype, as the other three are
 # rare there and would triple the build; on a GPU every dtype, as autocast runs the layers in half.
 PREBUILT_DTYPES = {"cpu": (torch.float32,), "cuda": DTYPES}

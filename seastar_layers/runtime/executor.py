@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from ..base import COMPUTE_DTYPE
 from ..ir import BufferKey, Space
 from ..ir.program import is_symbol
 from ..passes.schedule import Buffer, Schedule
@@ -13,8 +14,6 @@ from ..passes.schedule import Buffer, Schedule
 GRAPH_SLOTS = 8  # as codegen/cstyle.py: in-CSR, out-CSR, row orders
 _GRAPH_ARRAY = ctypes.c_void_p * GRAPH_SLOTS
 _SIZES = ctypes.c_int64 * 4  # vertices, destinations, edges, bytes per graph index
-COMPUTE_DTYPE = {torch.float32: torch.float32, torch.float64: torch.float64,
-                 torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 
 SERIAL_WORK = 32768  # elements: torch's grain size (at::internal::GRAIN_SIZE)

@@ -28,9 +28,10 @@ import sys
 import threading
 from pathlib import Path
 
-from .. import __version__
+from ..base import __version__
 from ..errors import BuildError
-from . import config, toolchain
+from .. import config
+from . import toolchain
 
 # -ffp-contract=off: a value recomputed in backward must equal, bit for bit, what forward computed
 # (max/min gradients find the winning edges by equality), so no kernel may fuse a*b+c differently

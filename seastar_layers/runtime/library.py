@@ -1,4 +1,5 @@
-"""The Python side of the layers' torch ops (declared in codegen/torch_entry.py: OpFamily).
+"""The Python side of the layers' torch ops (runtime/family.py: OpFamily; their C++ entry points are
+codegen/torch_entry.py's).
 
 The extension seastar_layers._C defines torch.ops.seastar_layers.<family> and <family>_backward
 (TORCH_LIBRARY, with C++ entry points per dispatch key, autograd's included); importing this module
@@ -18,10 +19,11 @@ from typing import Iterable
 import torch
 from torch import Tensor
 
+from ..base import COMPUTE_DTYPE, DTYPE_NAMES, variant_key
 from ..errors import BuildError
 from ..ir import Role
 from . import prebuilt, toolchain
-from .executor import COMPUTE_DTYPE, bind_dims, buffer_dtype, buffer_shape
+from .executor import bind_dims, buffer_dtype, buffer_shape
 
 NAMESPACE = "seastar_layers"
 
@@ -79,7 +81,6 @@ _VARIANTS_LOCK = threading.Lock()
 
 def _variant(family, options: tuple[str, ...], dtype: torch.dtype) -> _Variant:
     """From the pipeline, once per process and specialisation."""
-    from ..codegen.torch_entry import variant_key
 
     key = (family.name, variant_key(dtype, options))
     with _VARIANTS_LOCK:
@@ -146,7 +147,7 @@ def register(families: Iterable, prebuilt_dtypes: dict[str, tuple], first_use_op
 
 # -- variants the extension was not built with -------------------------------------------------------
 def build_variant(op: str, cuda: bool, key: str) -> None:
-    """Compiles the variant `key` (torch_entry.py: variant_key) of `op` ("seastar_layers::<family>") for the
+    """Compiles the variant `key` (base.py: variant_key) of `op` ("seastar_layers::<family>") for the
     CPU, or for the current GPU with `cuda`, through the JIT and its disk cache, and adds it to the
     extension's tables (seastar_layers._C.add_variant). The op calls this (csrc/module.cpp:
     added_variant) the first time it is asked for a variant it was not built with, e.g. a dtype the
@@ -154,8 +155,9 @@ def build_variant(op: str, cuda: bool, key: str) -> None:
     import ctypes
 
     from .. import _C
-    from ..codegen.torch_entry import DTYPE_NAMES, VariantRenderer, dim_names
-    from . import config, jit
+    from ..codegen.torch_entry import VariantRenderer, dim_names
+    from .. import config
+    from . import jit
 
     family = _FAMILIES[op.removeprefix(f"{NAMESPACE}::")]
     dtype_name, *options = key.split("|")

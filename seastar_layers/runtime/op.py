@@ -14,7 +14,8 @@ from torch import Tensor
 from ..ir import BufferKey, Role, Space
 from ..passes.autodiff import adjoint_key, gradient_key
 from ..passes.schedule import Buffer, Schedule
-from .executor import COMPUTE_DTYPE, Entry, bind_dims, buffer_dtype, buffer_shape, run
+from ..base import COMPUTE_DTYPE
+from .executor import Entry, bind_dims, buffer_dtype, buffer_shape, run
 
 
 @dataclass

@@ -19,7 +19,7 @@ import importlib
 import importlib.util
 from pathlib import Path
 
-from . import config
+from .. import config
 
 PACKAGE = Path(__file__).resolve().parents[1]
 # what the generated sources follow from: the compiler (with the ops' entry points) and the layers' programs

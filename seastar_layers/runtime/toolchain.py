@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildError
-from . import config
+from .. import config
 
 INCLUDE_DIR = Path(__file__).resolve().parents[1] / "codegen" / "include"  # seastar_cuda.h and the emulator
 
