@@ -9,9 +9,8 @@
 //   seastar_layers::degree_scales   a CSR's degrees to the power -1/2 or -1 (the layers' degree
 //                                   normalisations), `isolated` for rows without edges, shaped to scale rows.
 //
-// A layer calling these ops one by one from Python paid a dispatch from Python for each (about 3-6 us
-// apiece on this project's machines, against a kernel of 6-20 us on a small graph): 12 of them per GAT
-// call. As CompositeImplicitAutograd ops they run here: autograd records the ops they call (the
+// A layer calling these ops one by one from Python would pay a dispatch from Python for each, more than a small
+// graph's kernel (docs/design.md has the figures). As CompositeImplicitAutograd ops they run here: autograd records the ops they call (the
 // programs' own autograd kernels among them), autocast casts those ops as it would from Python, and
 // torch.compile and torch.export trace through to them, so they need no fake and no backward of their
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
@@ -69,9 +68,8 @@ at::Tensor cast(const at::Tensor& t, at::ScalarType dtype) { return t.scalar_typ
 
 // Whether `tensors` are values to read and write in plain loops here rather than through ATen ops:
 // contiguous CPU tensors of one floating type (float or double), no gradient wanted of any, none traced
-// (FakeTensor, functionalisation, vmap, a dispatch mode: at::isTensorSubclassLike). On a 10-vertex
-// graph GAT's scores and bias took 10-12 us through ATen's per-op costs (dispatch, TensorIterator,
-// allocation), against well under 1 us of arithmetic; in inference these loops compute them.
+// (FakeTensor, functionalisation, vmap, a dispatch mode: at::isTensorSubclassLike). On a small graph ATen's per-op
+// costs (dispatch, TensorIterator, allocation) are many times the arithmetic; in inference these loops compute it.
 // A tensor the plain loops may read as `dtype` values: a contiguous CPU tensor of that float type, untraced, and
 // not a dual tensor of forward-mode AD (whose tangent they would drop: the ops it takes instead refuse it).
 bool plain_tensor(const at::Tensor& t, at::ScalarType dtype) {
@@ -101,15 +99,13 @@ bool one_per_row(const at::Tensor& scale, int64_t rows) {
   return scale.dim() == 2 && scale.size(0) == rows && scale.size(1) == 1;
 }
 
-// Products of up to this many multiply-adds run in plain_project where plain_values allows: through at::mm
-// a (10, 16) x (16, 64) projection took 4-5 us (two dispatches, MKL's threading driver) against well under
-// 1 us of arithmetic; BLAS is far faster on the larger ones.
+// Products of up to this many multiply-adds run in plain_project where plain_values allows: at::mm's dispatches and
+// MKL's threading driver cost more than such a product's arithmetic; BLAS is far faster on the larger ones.
 constexpr int64_t kPlainProduct = int64_t(1) << 16;
 
 // The plain loops' inner loops run along a row of features and vectorise: as the generated kernels
 // (codegen/cpu.py: CLONES), the ones below are also compiled for AVX2, which the loader runs where
-// the CPU has it; on the portable baseline a (10, 16) x (16, 64) projection took 2.2 us, with AVX2
-// under 1. Contraction into FMA is off for both (toolchain.CXX_FLAGS): they compute the same bits.
+// the CPU has it. Contraction into FMA is off for both (toolchain.CXX_FLAGS): they compute the same bits.
 #if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
 #define SEASTAR_LOOP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
@@ -120,7 +116,7 @@ constexpr int64_t kPlainProduct = int64_t(1) << 16;
 // each input's weights for all outputs side by side (read where they lie when w is held as (in, outs), DGL's
 // GraphConv's layout, else copied), the innermost loop runs along an output row and vectorises; each output sums
 // its products in input order. The outputs go in blocks of kOutputBlock, summed in registers across the inputs
-// rather than in `out` (a (10, 64) x (64, 64) product: 1.9 us against 4.3 with the sums stored on every input).
+// rather than stored in `out` on every input.
 template <typename T>
 inline __attribute__((always_inline)) void dot_rows(const T* x, const T* w, int64_t w_out, int64_t w_in, T* out,
                                                     int64_t rows, int64_t in, int64_t outs) {
@@ -423,8 +419,7 @@ class PlainLoopsBackward : public torch::autograd::Node {
 // The backward of recorded_scores: grad_h = grad * att (per head, as the product's backward), and grad_att, the sum
 // over the rows and groups of grad * h, in fixed chunks of rows (the same bits on any number of threads), each summed
 // in the accumulate type. Where the ops computed these, their backward wrote (rows, groups * heads, channels) twice and
-// read it once more to sum it: on a sampled Reddit-scale/8 block (29k source rows of 8 x 8) about 8 of the GAT
-// training step's 48 ms.
+// read it once more to sum it.
 class GatScoresBackward : public PlainLoopsBackward {
  public:
   GatScoresBackward(const at::Tensor& h, const at::Tensor& att)
@@ -561,9 +556,7 @@ class GatConvBackward : public PlainLoopsBackward {
 // projected, one group of heads, no edge scores, mask, residual, attention dropout or returned attention; every tensor
 // contiguous (the weight or its transpose), of the features' float type, untraced and not dual; the sweep (edges and
 // destinations, times the width) below torch's grain size. x, weight, att_src, att_dst and bias may want gradients
-// (GatConvBackward). On a 10-vertex graph the recorded path (the projection, two scores, the program's op and its
-// autograd node, the bias) took about 45 us of PyG's GATConv's forward on a graph it had converted, 29 through these
-// loops; forward and backward 163 us, 85 here.
+// (GatConvBackward). On such a graph the recorded path's ops and nodes cost more than their arithmetic.
 bool plain_gat(at::TensorList graph, const at::Tensor& x, const OptionalTensor& x_dst, const OptionalTensor& weight,
                const OptionalTensor& weight_dst, const at::Tensor& att_src, const OptionalTensor& att_dst,
                const OptionalTensor& a_edge, const OptionalTensor& mask, const OptionalTensor& residual,
@@ -815,8 +808,7 @@ class GcnConvBackward : public PlainLoopsBackward {
 // and destinations, times the width) is below torch's grain size, a projection plain_project would take, every tensor
 // contiguous (the weight or its transpose) and of the features' float type, untraced and not dual; x, weight and bias
 // may want gradients (GcnConvBackward), the scales and edge weights not. The edges are the weighted_sum program's
-// kernel, as on a large graph; the projection, scales and bias plain loops, where on a 10-vertex graph the recorded
-// ops (the projection, two scalings, the program's op, the bias) took about 20 us of PyG's GCNConv's 51.
+// kernel, as on a large graph; the projection, scales and bias plain loops, cheaper there than the recorded ops.
 std::optional<GraphSizes> plain_gcn(at::TensorList graph, const at::Tensor& x, const OptionalTensor& weight,
                                     const OptionalTensor& src_scale, const OptionalTensor& dst_scale,
                                     const OptionalTensor& edge_weight, const OptionalTensor& bias) {
@@ -867,9 +859,8 @@ at::Tensor plain_gcn_conv(at::TensorList graph, const GraphSizes& sizes, const a
 // projected (DGL's GraphConv's order, the same up to rounding): each edge gathers in features instead of
 // out, and num_dst rows are projected instead of num_src. The sum is then in x's dtype.
 // With weight_transposed the weight is held as (in, out), DGL's GraphConv's layout: transposed here, where the plain
-// loops read it through its strides and their node takes its gradient as it is held (the caller's weight.t() was
-// recorded: a node, and a copy of the weight's gradient into the weight's layout, in every backward: 13 of a
-// 10-vertex graph's 57 us forward and backward).
+// loops read it through its strides and their node takes its gradient as it is held (a weight.t() the caller recorded
+// cost a node, and a copy of the weight's gradient into the weight's layout, in every backward).
 at::Tensor gcn_conv(at::TensorList graph, const at::Tensor& x, const OptionalTensor& given_weight,
                     const OptionalTensor& src_scale, const OptionalTensor& dst_scale, const OptionalTensor& edge_weight,
                     const OptionalTensor& bias, bool weight_transposed) {
@@ -981,8 +972,8 @@ class AppnpStepsBackward : public PlainLoopsBackward {
 // Whether appnp_propagate's steps run in appnp_steps: plain_values on one square graph with one row of
 // h per vertex and one scale per row (the shapes the layers pass; others broadcast in the ops), and
 // each step's work (edges and rows, times the features) below torch's grain size, where the program's
-// kernel runs on one thread too. On a 10-vertex graph a step through its four ops (a multiply, the
-// program's op, addcmul) cost about 4.5 us, against well under 1 us of arithmetic.
+// kernel runs on one thread too: a step through its four ops (a multiply, the program's op, addcmul) costs many
+// times its arithmetic there.
 bool plain_steps(at::TensorList graph, const at::Tensor& h, const at::Tensor& src_scale, const at::Tensor& dst_scale) {
   // h may want a gradient (AppnpStepsBackward), the scales not
   if (h.dim() != 2 || !plain_values({&src_scale, &dst_scale}) ||
@@ -1025,11 +1016,10 @@ at::Tensor appnp_propagate(at::TensorList graph, const at::Tensor& h, const at::
 }
 
 // Every row's degree (indptr's row lengths) to `exponent`, as a (rows, 1, ..., 1) tensor of `dims` dimensions
-// and `dtype` (shaped to scale `dims`-dimensional features' rows: a view from Python cost 1-2 us more per new
-// graph), and `isolated` where a row has no edges: PyG's gcn_norm (-1/2, 0 for isolated vertices) and DGL's
-// GraphConv (its degrees clamped to 1 first, so 1). A sampled block is a new graph on every call, and its two scales
-// through the ATen ops below (a slice, a difference, a cast, clamp, pow, a comparison, where) took
-// 15-20 us each on a 10-vertex graph; one plain pass takes well under 1 us. Both give the same bits:
+// and `dtype` (shaped to scale `dims`-dimensional features' rows, saving a view from Python per new graph), and
+// `isolated` where a row has no edges: PyG's gcn_norm (-1/2, 0 for isolated vertices) and DGL's GraphConv (its
+// degrees clamped to 1 first, so 1). A sampled block is a new graph on every call: one plain pass instead of the
+// seven ATen ops below (a slice, a difference, a cast, clamp, pow, a comparison, where). Both give the same bits:
 // ATen's pow takes -1/2 as 1 / sqrt and -1 as 1 / x, as the loop does.
 at::Tensor degree_scales(const at::Tensor& indptr, at::ScalarType dtype, double exponent, double isolated,
                          int64_t dims) {

@@ -39,8 +39,7 @@ struct Weights {
 
 // Sum of word * weight over one block, mod 2**64. A 32 x 32 -> 64-bit product is one SSE2
 // instruction (pmuludq), so this vectorises on the baseline CPU the extension is built for; the
-// AVX2 clone does four at a time: a (2, 14.3M) int64 edge_index (229 MB) hashes in 14 ms on 2
-// threads instead of 19.5, where torch's sum reads it in 11 (an AVX-512 clone took 16).
+// AVX2 clone does four at a time, near torch's own sum's memory speed (docs/design.md: graphs).
 #if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
 __attribute__((target_clones("arch=x86-64-v3", "default")))
 #endif

@@ -241,8 +241,8 @@ class GraphCheck {
 };
 
 // The graphs whose arrays passed GraphCheck, so that a training loop's calls on one graph (each
-// forward, its backward, every epoch) check its arrays once, not one pass over them per call (on
-// the 1/8 Reddit-scale graph that pass took 30 of a weighted_sum's 64 ms). An entry names each
+// forward, its backward, every epoch) check its arrays once, not one pass over them per call (a pass
+// costs a large share of a sum's kernel). An entry names each
 // array by its TensorImpl, held weakly (so a freed array's address is never mistaken for a new
 // one's), its data pointer, size and version counter: an in-place torch op on an array bumps its
 // version, and the next call checks it again. Writes behind torch's back (through .numpy() or
@@ -609,7 +609,7 @@ class Call {
   }
 
   // Every destination's in-degree (graph[0]'s row lengths) as `dtype`. On the CPU in one pass: the
-  // four ATen ops (two slices, a difference, a cast) cost 2-3 us, more than a small graph's kernel.
+  // four ATen ops (two slices, a difference, a cast) cost more than a small graph's kernel.
   at::Tensor in_degrees(at::ScalarType dtype) const {
     const at::Tensor& indptr = graph_[0];
     if (!indptr.is_cpu()) return (indptr.slice(0, 1) - indptr.slice(0, 0, -1)).to(dtype);

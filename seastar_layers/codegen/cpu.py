@@ -16,22 +16,20 @@ ROW_CHUNK = 32  # rows a thread of a team takes at a time (a dynamic schedule: h
 BLOCK = 16  # features per register-resident accumulator block in blocked edge loops, at least
 # Accumulator elements a blocked loop keeps in registers (AVX2's 16 registers hold 128 floats; the
 # operands need the rest): a loop with one float aggregation takes 64 features a block, so a
-# 64-wide neighbour sum sweeps the edges once instead of 4 times (1.4x on the 1/8 Reddit-scale graph)
+# 64-wide neighbour sum sweeps the edges once instead of 4 times
 REGISTER_ELEMENTS = 64
 # Edges ahead whose gathered rows a blocked edge loop prefetches: the neighbours' rows are random
 # accesses the hardware prefetcher cannot predict, and one edge's work is a few instructions.
 PREFETCH_DISTANCE = 16
 # Accumulators a row keeps live across its edge loop in a whole-row layout. (heads, channels)
-# values are swept once per edge instead of once per head (GAT's 8 x 8: 2-2.5x faster with
-# run-time sizes, whose accumulators sit in L1; more where the sizes are known and they fit in
-# registers); wider rows are blocked, one sweep per block.
+# values are swept once per edge instead of once per head (their accumulators sit in L1, or in
+# registers where the sizes are known); wider rows are blocked, one sweep per block.
 WHOLE_ROW_LIMIT = 256
 # Edges a whole-row loop takes in two passes: first each edge's per-head values (GAT's exp: a chain of
 # some 20 dependent operations), then each edge's (head, channel) accumulators. One edge at a time,
 # the accumulations of an edge filled the out-of-order window while they waited on its exp, so the
 # next edge's exp could not start: the loop ran at the chain's latency. In batches, 8 independent
-# exps overlap (GAT's 8 x 8 forward: 185 -> 136 ms on the 1/8 Reddit-scale graph, same bits; 4 and
-# 16 edges were slower).
+# exps overlap (4 and 16 were slower; docs/design.md has the figures).
 EDGE_BATCH = 8
 
 C_TYPES = {"float32": "float", "float64": "double"}
@@ -85,12 +83,10 @@ FAST_CLONES = ["#if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC_
 # by ln 2, Cephes' polynomial (float) and Pade form (double), then 2^n from the exponent bits as
 # two factors, each a normal number wherever the clamp leaves n, so that one rounding gives the
 # subnormal results, 0 and inf without a select. GAT's sweeps spend most of their time in exp: the
-# float polynomial is evaluated in Estrin's form (depth 5, not Horner's 10): 10-15% off GAT's
-# kernels, at 1.02 units in the last place at worst over every float (Horner's: 0.99); and the
-# two factors replaced a scaling in two steps where 2^n was not normal plus checks of the ends
-# (NaN, overflow, underflow), which cost as much as the polynomial: 0.71 -> 0.40 ns a float, the
-# same bits for every float and 170M sampled doubles, 12-14% off the GAT program's forward and
-# backward (JIT, 1/8 Reddit-scale). Within about 1 (float) and 2 (double) units in the last place
+# float polynomial is evaluated in Estrin's form (depth 5, not Horner's 10), at 1.02 units in the
+# last place at worst over every float (Horner's: 0.99); and the two factors replace a scaling in two
+# steps plus checks of the ends, which cost as much as the polynomial (docs/design.md has the
+# figures). Within about 1 (float) and 2 (double) units in the last place
 # of exact exp (tests/test_ops.py), the same bits in every clone and the scalar tail (no FMA
 # contraction), and IEEE at the ends: exp(NaN) is NaN (it passes through every operation),
 # exp(-inf) is 0, overflow is inf.
@@ -145,9 +141,8 @@ static inline double seastar_exp(double x) {
 
 # Neighbours per chunk of a source-chunked sweep (cstyle.py: render_source_chunks): as many gathered
 # rows as fill 7/8 of a core's L2 (the rest holds the rows being summed into and the graph's arrays),
-# or SEASTAR_SOURCE_CHUNK_BYTES where set (config.py; 0: one sweep). A standalone
-# measurement of the 64-wide neighbour sum on the 1/8 Reddit-scale graph (2 MB L2): chunks of 1.9 MB
-# 36-39 ms, of 0.9 MB 41 ms, of 3.7 MB 52 ms, unchunked 60 ms.
+# or SEASTAR_SOURCE_CHUNK_BYTES where set (config.py; 0: one sweep); smaller and larger chunks
+# measured slower (docs/design.md).
 SOURCE_CHUNK_HELPER = r"""
 static inline int64_t seastar_source_chunk(int64_t row_bytes) {
 #ifdef _SC_LEVEL2_CACHE_SIZE
@@ -304,10 +299,9 @@ class CpuDialect(Dialect):
         trailing = ["0"] * (len(shape) - axis - 1)
         # a constant trip count for full blocks keeps the accumulators in registers; what is left
         # under a full block takes blocks of BLOCK where it is a multiple of BLOCK, else one pass of
-        # a run-time trip count (each variant sets the step, each is a pass over the row's edges): a
-        # 41-wide sum went 62 -> 45 ms on the 1/8 Reddit-scale graph in one pass (prefetching its
-        # width) instead of 16, 16 and 9, and a 16-wide one would take 13 -> 22 ms in a pass of
-        # run-time width. With a size known here, only the blocks that occur are rendered
+        # a run-time trip count (each variant sets the step, each is a pass over the row's edges): one
+        # pass for a 41-wide sum beats passes of 16, 16 and 9, while a 16-wide one in a pass of
+        # run-time width would be slower. With a size known here, only the blocks that occur are rendered
         variants = [(f"if (c0 + {block} <= {extent}) {{ step = {block};", str(block), None)]
         if block > BLOCK:
             variants.append((f"}} else if ((({extent}) - c0) % {BLOCK} == 0) {{ step = {BLOCK};", str(BLOCK), None))
