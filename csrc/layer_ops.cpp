@@ -10,9 +10,9 @@
 //                                   normalisations), `isolated` for rows without edges, shaped to scale rows.
 //
 // A layer calling these ops one by one from Python would pay a dispatch from Python for each, more than a small
-// graph's kernel (docs/design.md has the figures). As CompositeImplicitAutograd ops they run here: autograd records the ops they call (the
-// programs' own autograd kernels among them), autocast casts those ops as it would from Python, and
-// torch.compile and torch.export trace through to them, so they need no fake and no backward of their
+// graph's kernel (docs/design.md has the figures). As CompositeImplicitAutograd ops they run here: autograd records
+// the ops they call (the programs' own autograd kernels among them), autocast casts those ops as it would from
+// Python, and torch.compile and torch.export trace through to them, so they need no fake and no backward of their
 // own. Every device that has the programs' ops has these. Each computes what the layer computed in
 // Python before, op for op, so results are unchanged bit for bit; in inference (plain_values) small
 // projections, gat_conv's scores and bias, and a small graph's APPNP steps come from plain loops, equal
@@ -713,35 +713,24 @@ std::vector<at::Tensor> gat_conv(at::TensorList graph, const at::Tensor& x_src, 
   return {out, results[1]};
 }
 
-// One scaled neighbour sum in plain loops, over a CSR (indptr, neighbours, eids) with `rows` rows:
-//   out[r] = (sum over r's edges to n, in CSR order, of (edge_weight[eid] *) values[n] * before[n]) * after[r]
-//            (+ bias),
-// each product and sum as the recorded ops (the weighted_sum program) compute it; a null option is absent. It
-// reads all of `values` before it writes `out`, which may be `values`. APPNP's steps are one each, forward and
-// backward.
+// One step's scaled neighbour sum for APPNP's plain loops (forward and backward), over a CSR (indptr, neighbours) of
+// one vertex set with `rows` rows: out[r] = (sum over r's edges to n, in CSR order, of values[n] * before[n]) *
+// after[r], each product and sum as the recorded ops (the weighted_sum program) compute it. It reads all of
+// `values` before it writes `out`, which may be `values`.
 template <typename T, typename index_t>
-void scaled_neighbour_sum(const index_t* indptr, const index_t* neighbours, const index_t* eids, int64_t rows,
-                          int64_t neighbour_rows, int64_t width, const T* values, const T* before, const T* after,
-                          const T* edge_weight, const T* bias, T* out) {
-  std::vector<T> scaled(values, values + neighbour_rows * width), sum(width);
-  if (before != nullptr)
-    for (int64_t n = 0; n < neighbour_rows; ++n)
-      for (int64_t f = 0; f < width; ++f) scaled[n * width + f] *= before[n];
+void scaled_neighbour_sum(const index_t* indptr, const index_t* neighbours, int64_t rows, int64_t width,
+                          const T* values, const T* before, const T* after, T* out) {
+  std::vector<T> scaled(values, values + rows * width), sum(width);
+  for (int64_t n = 0; n < rows; ++n)
+    for (int64_t f = 0; f < width; ++f) scaled[n * width + f] *= before[n];
   for (int64_t r = 0; r < rows; ++r) {
     std::fill(sum.begin(), sum.end(), T(0));
     for (int64_t e = indptr[r]; e < indptr[r + 1]; ++e) {
       const T* row = scaled.data() + neighbours[e] * width;
-      if (edge_weight == nullptr) {
-        for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
-      } else {
-        const T w = edge_weight[eids[e]];
-        for (int64_t f = 0; f < width; ++f) sum[f] += w * row[f];
-      }
+      for (int64_t f = 0; f < width; ++f) sum[f] += row[f];
     }
     T* o = out + r * width;
-    for (int64_t f = 0; f < width; ++f) o[f] = after != nullptr ? sum[f] * after[r] : sum[f];
-    if (bias != nullptr)
-      for (int64_t f = 0; f < width; ++f) o[f] += bias[f];
+    for (int64_t f = 0; f < width; ++f) o[f] = sum[f] * after[r];
   }
 }
 
@@ -907,8 +896,7 @@ void appnp_steps(const index_t* indptr, const index_t* sources, int64_t rows, in
   for (int64_t i = 0; i < rows * width; ++i) teleported[i] = h[i] * alpha;
   for (int64_t v = 0; v < rows; ++v) kept[v] = dst_scale[v] * keep;
   for (int64_t k = 0; k < steps; ++k) {
-    scaled_neighbour_sum<T, index_t>(indptr, sources, nullptr, rows, rows, width, k == 0 ? h : out, src_scale,
-                                     kept.data(), nullptr, nullptr, out);
+    scaled_neighbour_sum<T, index_t>(indptr, sources, rows, width, k == 0 ? h : out, src_scale, kept.data(), out);
     for (int64_t i = 0; i < rows * width; ++i) out[i] += teleported[i];
   }
 }
@@ -924,8 +912,8 @@ void appnp_steps_backward(const index_t* indptr, const index_t* destinations, in
   for (int64_t v = 0; v < rows; ++v) kept[v] = dst_scale[v] * keep;
   for (int64_t k = 0; k < steps; ++k) {
     for (int64_t i = 0; i < rows * width; ++i) teleported[i] += current[i];
-    scaled_neighbour_sum<T, index_t>(indptr, destinations, nullptr, rows, rows, width, current.data(), kept.data(),
-                                     src_scale, nullptr, nullptr, current.data());
+    scaled_neighbour_sum<T, index_t>(indptr, destinations, rows, width, current.data(), kept.data(), src_scale,
+                                     current.data());
   }
   for (int64_t i = 0; i < rows * width; ++i) grad_h[i] = teleported[i] * alpha + current[i];
 }

@@ -371,16 +371,10 @@ const Family* family_named(const char* op);
 class Call {
  public:
   Call(const Family& family, at::TensorList graph, Arguments args, Switches switches)
-      : f_(family), graph_(graph), args_(std::move(args)), switches_(std::move(switches)) {
-    check_graph();
-    check_arguments();
-    select_variant();
-    bind_dims(variant_->forward);
-    bind_dims(variant_->backward);
-  }
+      : Call(family, graph, check_graph_arrays(family.op, graph), std::move(args), std::move(switches)) {}
 
-  // A composite op's call (layer_ops.cpp) on a graph it has checked (check_graph_arrays gave its sizes): the
-  // arguments are checked as above, and the composite, not the dispatcher, records the autograd node.
+  // On a graph already checked (check_graph_arrays gave its sizes): a composite op's call (layer_ops.cpp), which
+  // records the autograd node itself.
   Call(const Family& family, at::TensorList graph, const GraphSizes& sizes, Arguments args, Switches switches)
       : f_(family), graph_(graph), args_(std::move(args)), switches_(std::move(switches)) {
     std::copy(sizes.begin(), sizes.end(), sizes_);
@@ -424,11 +418,6 @@ class Call {
   }
 
  private:
-  void check_graph() {
-    const GraphSizes sizes = check_graph_arrays(f_.op, graph_);
-    std::copy(sizes.begin(), sizes.end(), sizes_);
-  }
-
   void check_arguments() {
     TORCH_CHECK_VALUE(static_cast<int>(args_.size()) == f_.num_arguments &&
                           static_cast<int>(switches_.size()) == f_.num_switches,
@@ -630,8 +619,8 @@ class Call {
   at::Tensor checked_input(const at::Tensor& t, const Buffer& b, const char* list, int index) const {
     const Shape want = shape_of(b);
     TORCH_CHECK_VALUE(t.defined(), f_.op, "_backward: '", list, "'[", index, "] is an undefined tensor");
-    TORCH_CHECK_VALUE(t.sizes() == at::IntArrayRef(want), f_.op, "_backward: '", list, "'[", index, "] must have shape ",
-                      at::IntArrayRef(want), ", got ", t.sizes());
+    TORCH_CHECK_VALUE(t.sizes() == at::IntArrayRef(want), f_.op, "_backward: '", list, "'[", index,
+                      "] must have shape ", at::IntArrayRef(want), ", got ", t.sizes());
     const at::ScalarType dtype = b.compute_type ? compute_dtype(dtype_) : dtype_;
     TORCH_CHECK_TYPE(t.scalar_type() == dtype, f_.op, "_backward: '", list, "'[", index, "] must be ",
                      torch_name(dtype), ", got ", torch_name(t.scalar_type()));

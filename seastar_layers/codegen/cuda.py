@@ -212,7 +212,8 @@ class CudaDialect(Dialect):
                 "      static char message[1024];  // what failed, in which kernel, launched how",
                 "      std::snprintf(message, sizeof message, \"%s %s (%lld rows, %d threads a row, %lld bytes of "
                 "shared memory a block): %s\",",
-                f"                    launched != cudaSuccess ? \"launching\" : \"freeing the scratch of\", \"{name}\",",
+                "                    launched != cudaSuccess ? \"launching\" : \"freeing the scratch of\","
+                f" \"{name}\",",
                 "                    (long long)rows, lanes, (long long)shared,",
                 "                    cudaGetErrorString(launched != cudaSuccess ? launched : freed));",
                 "      return seastar_fail(-3, message);",
