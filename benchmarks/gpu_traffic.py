@@ -9,14 +9,18 @@ Needs neither a GPU nor nvcc.
 
     python benchmarks/gpu_traffic.py                  # GAT 8 x 8 (a training call), GCN and APPNP at 64
     python benchmarks/gpu_traffic.py --two-sweeps     # GAT with its row max in a sweep of its own
+    python benchmarks/gpu_traffic.py --one-warp-hubs  # as if every row ran on one group (no split hubs)
 
 Model (printed with the table): requested sectors are what the warps ask of L1/L2, one per warp
 instruction and sector (a row's own values, which a kernel re-reads per edge, count every time: L1
 hits on a GPU); every request is taken to come from DRAM (no reuse: an upper bound on DRAM traffic)
 at H100 SXM's 3.35 TB/s, so the "bandwidth" column is the time the sweep needs at least when
 nothing is reused. A kernel's warps are taken to progress at one rate with W = 132 SMs x 32
-resident warps (50% occupancy: benchmarks/gpu_registers.py); the heaviest row's warp then bounds
-the kernel at (its requests) / (all requests / W) times the bandwidth time: the "hub" column.
+resident warps (50% occupancy: benchmarks/gpu_registers.py); the busiest warp then bounds the
+kernel at (its requests) / (all requests / W) times the bandwidth time: the "hub" column. The
+busiest warp sweeps the largest of: an eighth (a 256-thread block's groups of 32 lanes) of the
+largest degree, as the kernels split the HUB_ROWS heaviest rows of SPLIT_DEGREE edges or more
+among a block's groups (codegen/cuda.py), and the heaviest row after those, which one warp takes.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ["SEASTAR_EMULATE_CUDA"] = "1"
 
-from seastar_layers.codegen.cuda import CudaDialect  # noqa: E402
+from seastar_layers.codegen.cuda import HUB_ROWS, SPLIT_DEGREE, THREADS, CudaDialect, group_width  # noqa: E402
 from seastar_layers.nn import programs  # noqa: E402
 
 HBM_BYTES_PER_S = 3.35e12  # H100 SXM
@@ -66,7 +70,18 @@ def runs(heads: int, channels: int, width: int):
         step = programs.appnp_step(True, torch.tensor(0.1), torch.tensor(0.9))
         step(ei, x=x, h=h, w=torch.rand(ei.shape[1])).sum().backward()
 
-    return [(f"GAT {heads}x{channels}", gat), (f"GCN {width}", gcn), (f"APPNP {width}", appnp)]
+    return [(f"GAT {heads}x{channels}", heads * channels, gat), (f"GCN {width}", width, gcn),
+            (f"APPNP {width}", width, appnp)]
+
+
+def busiest_warp_edges(degrees: torch.Tensor, widest: int, split: bool) -> float:
+    """Edges the busiest warp sweeps: a split hub's share of a block's groups, or a row one warp takes."""
+    degrees = degrees.sort(descending=True).values.double()
+    if not split:
+        return degrees[0].item()
+    hubs = degrees[:HUB_ROWS][degrees[:HUB_ROWS] >= SPLIT_DEGREE]
+    shared = hubs[0].item() / (THREADS // group_width(widest)) if len(hubs) else 0.0
+    return max(shared, degrees[len(hubs)].item() if len(hubs) < len(degrees) else 0.0)
 
 
 def count(call, ei: torch.Tensor, n: int) -> dict[str, dict]:
@@ -91,6 +106,7 @@ def main() -> None:
     parser.add_argument("--vertices", type=int, default=2000)
     parser.add_argument("--degrees", type=int, nargs=2, default=(4, 12), help="mean degrees of the two graphs")
     parser.add_argument("--two-sweeps", action="store_true", help="GAT's row max in a sweep of its own")
+    parser.add_argument("--one-warp-hubs", action="store_true", help="model every row on one group (no split hubs)")
     parser.add_argument("--out", help="write the table's rows as JSON here")
     args = parser.parse_args()
     if args.two_sweeps:
@@ -99,21 +115,23 @@ def main() -> None:
 
     reddit = generated_graph("Reddit", scale=1 / 8)
     edges, vertices = reddit.edge_index.shape[1], reddit.num_nodes
-    d_max = int(max(torch.bincount(reddit.edge_index[1], minlength=vertices).max(),
-                    torch.bincount(reddit.edge_index[0], minlength=vertices).max()))
+    degrees = [torch.bincount(reddit.edge_index[k], minlength=vertices) for k in (1, 0)]
+    d_max = int(max(d.max() for d in degrees))
     n, (low, high) = args.vertices, args.degrees
     print(f"gpu_traffic: per-edge and per-row sectors from the emulator ({n} vertices, mean degrees {low} and "
           f"{high}); roofline on {reddit.note.split(':')[0]}: {vertices} vertices, {edges} edges, largest degree "
-          f"{d_max}; GAT's row max {'in a sweep of its own' if args.two_sweeps else 'online'}")
+          f"{d_max}; GAT's row max {'in a sweep of its own' if args.two_sweeps else 'online'}; hub rows "
+          f"{'on one warp' if args.one_warp_hubs else 'split among a block'}")
     rows = []
-    for name, call in runs(8, 8, 64):
+    for name, widest, call in runs(8, 8, 64):
+        busiest = max(busiest_warp_edges(d, widest, not args.one_warp_hubs) for d in degrees)
         sparse, dense = count(call, random_graph(n, low, 1), n), count(call, random_graph(n, high, 2), n)
         for kernel in dense:
             a = (dense[kernel]["requested_sectors"] - sparse[kernel]["requested_sectors"]) / (n * (high - low))
             b = (sparse[kernel]["requested_sectors"] - a * n * low) / n
             total = a * edges + b * vertices
             seconds = total * SECTOR / HBM_BYTES_PER_S
-            hub = (a * d_max + b) / (total / RESIDENT_WARPS)
+            hub = (a * busiest + b) / (total / RESIDENT_WARPS)
             rows.append({"program": name, "kernel": kernel, "sectors_per_edge": a, "sectors_per_row": b,
                          "distinct_share": dense[kernel]["distinct_sectors"] / dense[kernel]["requested_sectors"],
                          "bandwidth_ms": seconds * 1e3, "hub_ms": seconds * max(hub, 1.0) * 1e3})

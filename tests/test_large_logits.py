@@ -16,6 +16,7 @@ import torch_geometric.nn as pyg_nn
 from helpers import random_graph, stock_dropout_replays
 
 import seastar_layers as sl
+from seastar_layers.codegen.cuda import SPLIT_DEGREE
 from seastar_layers.ir import Op, Space
 from seastar_layers.nn.programs import FAMILIES
 from seastar_layers.passes.softmax import reaches_a_sum
@@ -456,14 +457,20 @@ def test_every_gat_variant_sweeps_its_edges_once_on_cuda():
         assert program.generate(features, "cuda").forward.kernels[0].loops[0].running, options
 
 
+@pytest.mark.parametrize("hub", [False, True], ids=["", "hub"])
 @pytest.mark.parametrize("target", [100.0, 1e4])
 @pytest.mark.parametrize("fn,online", [(attention_concentration, True), (two_softmaxes, False)],
                          ids=["concentration", "two_softmaxes"])
-def test_online_softmax_under_cuda_emulation(monkeypatch, fn, online, target):
+def test_online_softmax_under_cuda_emulation(monkeypatch, fn, online, target, hub):
     """Rows whose max rises at every edge (head 0) and at the first edge only (head 1), logits past
-    target, under the emulator: forward and gradients equal torch's softmax in float64."""
+    target, under the emulator: forward and gradients equal torch's softmax in float64. With a hub,
+    whose edges the block's groups split: their running maxima differ, and their sums are rescaled
+    to the row's when they combine."""
     monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
     ei = random_graph(N, N, E, seed=2)
+    if hub:
+        sources = torch.randint(0, N, (SPLIT_DEGREE + E,), generator=torch.Generator().manual_seed(3))
+        ei = torch.cat([ei, torch.stack([sources, torch.zeros_like(sources)])], dim=1)
     ei = ei[:, ei[0].argsort(stable=True)]  # each row's sources ascend, whatever order its CSR keeps
     u = torch.arange(N, dtype=torch.float64) * math.ceil(target / N)
     s = torch.stack([u, -u], 1).unsqueeze(-1)  # integers: every logit exact in float32

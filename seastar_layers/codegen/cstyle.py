@@ -575,7 +575,7 @@ class KernelRenderer:
             value = f"acc{a}[{layout.slot_index}]"
             if self.nodes[a].op is not Op.AGG_SUM:
                 self.zero_filled.add(a)
-                value = f"begin == end ? (acc_t)0 : {value}"
+                value = f"{self.no_edges()} ? (acc_t)0 : {value}"
             stores.append(f"if ({layout.slot_first}) "
                           f"v{a}[{flat_index(self.nodes[a].shape, layout.slot_coords, len(shape))}] = {value};")
         self.slot_loop(layout, count, size, stores)
@@ -676,10 +676,15 @@ class KernelRenderer:
             self.emit(*self.d.prefetch(f"{row} + {offset}", "j + DISTANCE < end", str(span) if wide else None))
 
     # kernel ------------------------------------------------------------------------------------
+    def no_edges(self) -> str:
+        """A C condition: the row has no edges (a split row's slices never are empty: Dialect.edge_range)."""
+        first, last = self.d.edge_range
+        return f"{first} == {last}"
+
     def open_edge_loop(self) -> set[int]:
         """Start the loop over the row's edges; returns the values in scope before it."""
         self.shared_in_edge_loop = False
-        self.emit("for (int64_t j = begin; j < end; ++j) {")
+        self.emit("for (int64_t j = {0}; j < {1}; ++j) {{".format(*self.d.edge_range))
         self.depth += 1
         self.edge_ids_at = len(self.lines)
         self.emit("const int64_t nbr = nbrs[j], eid = eids[j];", "(void)nbr; (void)eid;")
@@ -690,9 +695,10 @@ class KernelRenderer:
         pass; returns the values in scope before it."""
         self.shared_in_edge_loop = False
         self.edge_ids_at = None
-        self.emit(f"for (int64_t j0 = begin; j0 < end; j0 += {batch.size}) {{")
+        first, last = self.d.edge_range
+        self.emit(f"for (int64_t j0 = {first}; j0 < {last}; j0 += {batch.size}) {{")
         self.depth += 1
-        self.emit(f"const int64_t batch = std::min<int64_t>({batch.size}, end - j0);",
+        self.emit(f"const int64_t batch = std::min<int64_t>({batch.size}, {last} - j0);",
                   f"int64_t nbr_of[{batch.size}], eid_of[{batch.size}];")
         batch.mark, batch.depth = len(self.lines), self.depth
         self.emit("for (int64_t jb = 0; jb < batch; ++jb) {")
@@ -787,7 +793,7 @@ class KernelRenderer:
             return
         for a in loop.aggs:
             n = self.nodes[a]
-            replicated = self.declare_value(a)
+            replicated = self.declare_value(a, distributed=self.d.splits_rows)  # (split rows combine scratch)
             start = self.d.literal(OPS[n.op].start, self.dtype)
             self.for_each(n.shape, n.size, replicated,
                           lambda lp, a=a: [f"v{a}[{self.index_in(lp, self.nodes[a].shape)}] = {start};"])
@@ -815,15 +821,81 @@ class KernelRenderer:
             n = self.nodes[a]
             # over no neighbours max and min are 0, as in PyG
             if n.op is not Op.AGG_SUM and a not in self.zero_filled:
-                self.emit("if (begin == end) {")
+                self.emit(f"if ({self.no_edges()}) {{")
                 self.depth += 1
                 self.for_each(n.shape, n.size, self.replicated[a],
                               lambda lp, a=a: [f"v{a}[{self.index_in(lp, self.nodes[a].shape)}] = 0;"])
                 self.depth -= 1
                 self.emit("}")
             self.ready.add(a)
+        if self.d.splits_rows and loop.aggs:
+            self.combine_split(loop)
         if any(not self.replicated[a] for a in loop.aggs):
             self.emit(*self.d.sync())
+
+    def combine_split(self, loop):
+        """In a split row (Dialect.splits_rows) each group of the block holds its slice's aggregations:
+        they are combined in group order (the same bits every run) into group 0's copy, each element by
+        one thread of the block, and every other group copies the result. A sum the online softmax
+        rescaled is scaled to the row's max first: group g's part times exp(degree (max_g - max))."""
+        rescaled = {a: of for a, of in self.running.rescaled.items() if a in loop.aggs}
+
+        def part(a: int, index: str, g: str) -> str:  # group g's element, from this group's pointer
+            offset = "- group * row_scratch" if g == "0" else f"+ ({g} - group) * row_scratch"
+            return f"v{a}[{index} {offset}]"
+
+        def block_loop(a: int, body):
+            n = self.nodes[a]
+            lp = self.d.block_element_loop(tuple(n.shape), n.size)
+            statements = body(lp, self.index_in(lp, n.shape))
+            used = set(re.findall(r"\b\w+\b", " ".join(statements)))
+            self.emit(*lp.open, *("  " + line for var, line in lp.declarations.items() if var in used),
+                      *("  " + line for line in statements), *lp.close)
+
+        def rescale(lp, f, a):
+            m, degree = rescaled[a]
+            top = flat_index(self.nodes[m].shape, lp.coords, len(self.nodes[a].shape))
+            return [f"acc_t top = {part(m, top, '0')};",
+                    "for (int g = 1; g < block_groups; ++g) {",
+                    f"  const acc_t x = {part(m, top, 'g')};",
+                    "  " + OPS[self.nodes[m].op].update.format(acc="top", x="x"),
+                    "}",
+                    "acc_t total = 0;",
+                    "for (int g = 0; g < block_groups; ++g) {",
+                    f"  const acc_t scale = {self.d.math('exp', self.dtype)}({part(m, top, 'g')} - top);",
+                    f"  total += {part(a, f, 'g')} * {' * '.join(['scale'] * degree)};",
+                    "}",
+                    f"{part(a, f, '0')} = total;"]
+
+        def combine(lp, f, a):
+            return [f"acc_t total = {part(a, f, '0')};",
+                    "for (int g = 1; g < block_groups; ++g) {",
+                    f"  const acc_t x = {part(a, f, 'g')};",
+                    "  " + OPS[self.nodes[a].op].update.format(acc="total", x="x"),
+                    "}",
+                    f"{part(a, f, '0')} = total;"]
+
+        self.emit("if (split) {  // the block's groups swept a slice of the row's edges each")
+        self.depth += 1
+        self.emit(*self.d.block_sync())
+        if rescaled:  # before their maxima are combined
+            for a in sorted(rescaled):
+                block_loop(a, lambda lp, f, a=a: rescale(lp, f, a))
+            self.emit(*self.d.block_sync())
+        for a in loop.aggs:
+            if a not in rescaled:
+                block_loop(a, lambda lp, f, a=a: combine(lp, f, a))
+        self.emit(*self.d.block_sync(), "if (group != 0) {")
+        self.depth += 1
+        for a in loop.aggs:
+            n = self.nodes[a]
+            self.for_each(n.shape, n.size, False,
+                          lambda lp, a=a: [f"v{a}[{self.index_in(lp, self.nodes[a].shape)}] = "
+                                           f"{part(a, self.index_in(lp, self.nodes[a].shape), '0')};"])
+        self.depth -= 1
+        self.emit("}")
+        self.depth -= 1
+        self.emit("}")
 
     def render_rows(self) -> list[str]:
         """The row loop's body: one row's work (in a source-chunked sweep, one chunk's)."""
@@ -840,11 +912,14 @@ class KernelRenderer:
                       "}",
                       "if (begin == end && !first && !last) continue;")
         else:
-            self.emit("const int64_t begin = indptr[r], end = indptr[r + 1];", "(void)begin; (void)end;")
+            self.emit("const int64_t begin = indptr[r], end = indptr[r + 1];", "(void)begin; (void)end;",
+                      *self.d.row_edges())
         for loop in self.k.loops:
             self.render_loop(loop)
         if self.source_chunked:
             self.emit("if (!last) continue;  // the row's sums are not complete yet")
+        if self.d.splits_rows and self.k.row_writes:
+            self.emit("if (split && group != 0) continue;  // every group holds the row's results: one writes them")
         for key, i in self.k.row_writes:
             self.require(i)
             self.store(key, i, "r")
@@ -1098,6 +1173,7 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
                   "  int64_t scratch_per_row;  // elements of scratch one row uses",
                   "  int num_threads;",
                   "  int lanes;  // threads per row",
+                  *("  " + line for line in dialect.params_fields()),
                   "};", ""]
         kernels = {}  # per fast path (then the generic one, {}): (name, rows, scratch, widest) per kernel
         for j, pinned in [*enumerate(fast_paths), (None, {})]:

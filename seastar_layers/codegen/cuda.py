@@ -5,8 +5,11 @@ widest value of the kernel: narrow programs pack several rows into a warp, as Se
 feature-adaptive groups do. Groups take rows grid-stride, in the order the runtime gives (heaviest
 rows first) so a hub starts early rather than last. Values other lanes read live in the group's
 slice of dynamic shared memory and are followed by `__syncwarp` on the group's mask; small values of
-a size known at generation time are computed whole by every lane, in registers. The same source
-compiles with nvcc and, under the emulator (include/seastar_cuda_emu.h), with g++.
+a size known at generation time are computed whole by every lane, in registers. A hub (one of the
+HUB_ROWS heaviest rows, with SPLIT_DEGREE edges or more) gets a block of its own, whose groups sweep
+a slice of its edges each and combine their partial aggregations in group order through shared
+memory (KernelRenderer.combine_split): one warp no longer bounds the kernel by the largest degree.
+The same source compiles with nvcc and, under the emulator (include/seastar_cuda_emu.h), with g++.
 """
 from __future__ import annotations
 
@@ -23,6 +26,9 @@ SLOTS = 4  # register accumulators per lane in a blocked loop
 REPLICATE_LIMIT = 4  # elements of a value every lane computes whole
 SHARED_DEFAULT = 48 * 1024  # bytes of dynamic shared memory a block gets without opting in
 GLOBAL_SCRATCH_BUDGET = 1 << 30  # bytes of global scratch for rows too wide for shared memory
+HUB_ROWS = 1024  # the heaviest rows get a block each, which splits a row's edges among its groups
+SPLIT_DEGREE = 256  # where the row has this many edges (with fewer, one group takes the row)
+assert SPLIT_DEGREE >= THREADS  # a split row's groups have an edge each at least: no slice is empty
 
 STORAGE = {"float32": "float", "float64": "double", "float16": "__half", "bfloat16": "__nv_bfloat16"}
 C_TYPES = {"float32": "float", "float64": "double"}
@@ -54,6 +60,8 @@ class CudaDialect(Dialect):
     element_index = "int"  # 32-bit: a row's element arithmetic, divisions included, in one register each
     name_loads = True
     online_softmax = True  # every slot keeps its head's running max: one sweep, no lane waits for another
+    splits_rows = True  # a hub row's edges, among the groups of its block
+    edge_range = ("begin + slice_begin", "begin + slice_end")
 
     def global_access(self, element: str) -> str:
         return f"SEASTAR_GLOBAL({element})"
@@ -96,23 +104,52 @@ class CudaDialect(Dialect):
                  "const int lane = threadIdx.x & (lanes - 1);",
                  "const unsigned group_mask = lanes == 32 ? 0xffffffffu",
                  "                            : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));",
-                 "const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);",
+                 "const int group = threadIdx.x / lanes;",
+                 *([f"const int block_groups = {THREADS} / lanes;",
+                    "int group_bits = 0;  // block_groups = 2^group_bits",
+                    "while ((block_groups >> group_bits) > 1) ++group_bits;"] if widest is None else
+                   [f"constexpr int block_groups = {THREADS // group_width(widest)}, "
+                    f"group_bits = {(THREADS // group_width(widest)).bit_length() - 1};"]),
+                 "// the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group",
+                 "const bool hub_block = blockIdx.x < p.hub_blocks;",
+                 "const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;",
                  "(void)lane; (void)group_mask;"]
         if uses_scratch and in_shared_memory(widest, scratch):
             # only ever shared memory: nvcc sees its address space and emits shared loads and stores
             lines += ["SEASTAR_DYNAMIC_SHARED(acc_t, shared);",
-                      f"acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * {scratch};"]
+                      f"constexpr int row_scratch = {scratch};",
+                      "acc_t* __restrict__ scratch = shared + group * row_scratch;"]
         elif uses_scratch:
             # a row's values in the block's shared memory, or (rows too wide for it) in global memory
             lines += ["SEASTAR_DYNAMIC_SHARED(acc_t, shared);",
+                      "const int row_scratch = (int)p.scratch_per_row;  // below 2^31: it fits a block or 1 GiB",
                       "acc_t* __restrict__ scratch = p.scratch != nullptr",
-                      "    ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * "
-                      "p.scratch_per_row",
-                      "    : shared + (threadIdx.x / lanes) * p.scratch_per_row;"]
+                      "    ? p.scratch + ((int64_t)blockIdx.x * block_groups + group) * row_scratch",
+                      "    : shared + group * row_scratch;"]
         return lines + [
-            f"for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < {n_rows}; "
-            "rr += groups) {",
+            f"for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; "
+            f"rr < {n_rows}; rr += hub_block ? {n_rows} : groups) {{",
             f"  const int64_t r = {order}.data != nullptr ? {order}[rr] : rr;"]
+
+    def params_fields(self) -> list[str]:
+        return ["int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)"]
+
+    def row_edges(self) -> list[str]:
+        # a hub is its block's row, whatever group would have taken it: each of the block's groups
+        # sweeps a contiguous slice of its edges (combine_split merges what they summed)
+        return [f"const bool split = rr < p.hub_blocks && end - begin >= {SPLIT_DEGREE};",
+                "if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group",
+                "// int offsets from begin: fewer registers live across the loops than two 64-bit bounds",
+                "const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;",
+                "const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)",
+                "                            : (int)(end - begin);",
+                "(void)slice_begin; (void)slice_end;"]
+
+    def block_sync(self) -> list[str]:
+        return ["__syncthreads();"]
+
+    def block_element_loop(self, shape, size) -> ElementLoop:
+        return self.element_loop(shape, size, False, first="threadIdx.x", step="blockDim.x")
 
     def row_loop_close(self) -> list[str]:
         # the group is done with this row's scratch before the next row overwrites it
@@ -129,7 +166,7 @@ class CudaDialect(Dialect):
             return f"acc_t {name}[{size}];"
         return f"acc_t* __restrict__ {name} = scratch + {offset};"
 
-    def element_loop(self, shape, size, replicated: bool) -> ElementLoop:
+    def element_loop(self, shape, size, replicated: bool, first: str = "lane", step: str = "lanes") -> ElementLoop:
         if replicated:  # every lane, every element: plain nested loops
             coords = [f"i{d}" for d in range(len(shape))]
             header = " ".join(f"for (int {v} = 0; {v} < {n}; ++{v})"
@@ -145,7 +182,7 @@ class CudaDialect(Dialect):
             coordinate = quotient if d == non_unit[0] else f"({quotient} % ({extent}))"
             declarations[f"i{d}"] = f"const int i{d} = {coordinate};"
             coords.append(f"i{d}")
-        return ElementLoop(tuple(shape), [f"for (int f = lane; f < {size}; f += lanes) {{"], ["}"], coords,
+        return ElementLoop(tuple(shape), [f"for (int f = {first}; f < {size}; f += {step}) {{"], ["}"], coords,
                            flat="f", declarations=declarations)
 
     def sync(self) -> list[str]:
@@ -183,6 +220,8 @@ class CudaDialect(Dialect):
                 "  int64_t shared = groups_per_block * row_bytes;",
                 f"  const int64_t rows = {n_rows};",
                 "  int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);",
+                "  // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most",
+                f"  p.hub_blocks = std::min<int64_t>({{rows, (int64_t){HUB_ROWS}, p.num_edges / {SPLIT_DEGREE}}});",
                 "  p.scratch = nullptr;"]
             if not in_shared_memory(widest, scratch):  # the kernel also takes global scratch
                 lines += [
@@ -202,10 +241,11 @@ class CudaDialect(Dialect):
                     f"      return seastar_fail(-1, \"cudaMallocAsync of {name}'s per-row scratch: out of GPU "
                     "memory\");",
                     "    shared = 0;",
+                    "    p.hub_blocks = 0;  // a hub stays on one group: the budget holds the groups' scratch, no more",
                     "  }"]
             lines += [
                 "  if (rows > 0) {",
-                f"    SEASTAR_LAUNCH({name}, (unsigned)blocks, {THREADS}, (size_t)shared, st)(p);",
+                f"    SEASTAR_LAUNCH({name}, (unsigned)(p.hub_blocks + blocks), {THREADS}, (size_t)shared, st)(p);",
                 "    const cudaError_t launched = cudaGetLastError();",
                 "    const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;",
                 "    if (launched != cudaSuccess || freed != cudaSuccess) {",

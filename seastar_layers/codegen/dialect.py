@@ -122,6 +122,13 @@ class Dialect:
     # a blocked loop's slot loads each buffer element it reads once, into a named value, rather than
     # where each use reads it (what a GPU's compiler makes of it, and what the emulator then counts)
     name_loads = False
+    # a row's edges may be split among the groups of a block (a hub row), which then combine their
+    # aggregations' partial results (KernelRenderer.combine_split). Such a dialect's row loop defines
+    # `group`, `block_groups` and `row_scratch` (elements between two groups' scratch), row_edges
+    # defines `split`, and the edge loops run over edge_range, the row's edges or this group's slice
+    # (never empty: the row has no edges where it is empty)
+    splits_rows = False
+    edge_range = ("begin", "end")
 
     def global_access(self, element: str) -> str:
         """An element of a buffer or graph array, as kernels read or write it (the CUDA dialect marks it
@@ -197,6 +204,22 @@ class Dialect:
 
     def sync(self) -> list[str]:
         """A barrier among the lanes of one row's group (none on the CPU)."""
+        raise NotImplementedError
+
+    def params_fields(self) -> list[str]:
+        """Members the dialect adds to a program's params struct `p` (run_kernels fills them)."""
+        return []
+
+    def row_edges(self) -> list[str]:
+        """Lines after a row's `begin` and `end` (splits_rows: defining `split` and edge_range)."""
+        return []
+
+    def block_sync(self) -> list[str]:
+        """A barrier among every thread of a block (splits_rows)."""
+        raise NotImplementedError
+
+    def block_element_loop(self, shape, size) -> ElementLoop:
+        """An element loop whose elements the block's threads split between them (splits_rows)."""
         raise NotImplementedError
 
     def prefetch(self, address: str, condition: str, span: str | None = None) -> list[str]:

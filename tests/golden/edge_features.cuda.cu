@@ -28,6 +28,7 @@ struct forward_params {
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
   int lanes;  // threads per row
+  int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
@@ -45,19 +46,31 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 32, group_bits = 5;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 6;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+  constexpr int row_scratch = 6;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_dst; rr += hub_block ? p.num_dst : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     const scalar_t* v3 = b2 + r * 6;
     acc_t* __restrict__ v5 = scratch + 0;
     for (int f0 = 0; f0 < 6; f0 += lanes * 4) {
       acc_t acc5[4]; for (int k = 0; k < 4; ++k) acc5[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         const scalar_t* v0 = b0 + eid * 6;
         const scalar_t* v1 = b1 + nbr * 6;
@@ -82,7 +95,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         }
       }
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 6; f += blockDim.x) {
+        acc_t total = v5[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v5[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v5[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 6; f += lanes) {
+          v5[f] = v5[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     for (int f = lane; f < 6; f += lanes) {
       SEASTAR_GLOBAL(b3[r * 6 + f]) = v5[f];
     }
@@ -115,9 +146,11 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {
@@ -143,6 +176,7 @@ struct backward_params {
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
   int lanes;  // threads per row
+  int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
@@ -160,20 +194,32 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 32, group_bits = 5;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 12;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+  constexpr int row_scratch = 12;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_dst; rr += hub_block ? p.num_dst : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     const scalar_t* v0 = b0 + r * 6;
     acc_t* __restrict__ v1 = scratch + 0;
     for (int f = lane; f < 6; f += lanes) {
       v1[f] = (acc_t)0.0;
     }
-    for (int64_t j = begin; j < end; ++j) {
+    for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
       const int64_t nbr = nbrs[j], eid = eids[j];
       for (int f = lane; f < 6; f += lanes) {
         v1[f] += SEASTAR_GLOBAL(v0[f]);
@@ -189,7 +235,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       }
       __syncwarp(group_mask);
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 6; f += blockDim.x) {
+        acc_t total = v1[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v1[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v1[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 6; f += lanes) {
+          v1[f] = v1[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     for (int f = lane; f < 6; f += lanes) {
       SEASTAR_GLOBAL(b5[r * 6 + f]) = v1[f];
     }
@@ -211,18 +275,30 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 32, group_bits = 5;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 6;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
+  constexpr int row_scratch = 6;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_src; rr += hub_block ? p.num_src : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     acc_t* __restrict__ v6 = scratch + 0;
     for (int f0 = 0; f0 < 6; f0 += lanes * 4) {
       acc_t acc6[4]; for (int k = 0; k < 4; ++k) acc6[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j], eid = eids[j];
         const scalar_t* v0 = b0 + nbr * 6;
         const scalar_t* v4 = b2 + eid * 6;
@@ -245,7 +321,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         }
       }
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 6; f += blockDim.x) {
+        acc_t total = v6[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v6[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v6[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 6; f += lanes) {
+          v6[f] = v6[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     for (int f = lane; f < 6; f += lanes) {
       SEASTAR_GLOBAL(b4[r * 6 + f]) = v6[f];
     }
@@ -280,9 +374,11 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {
@@ -306,9 +402,11 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {

@@ -28,6 +28,7 @@ struct forward_params {
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
   int lanes;  // threads per row
+  int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
@@ -47,21 +48,33 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 8, group_bits = 3;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 40;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+  constexpr int row_scratch = 40;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_dst; rr += hub_block ? p.num_dst : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     const scalar_t* v1 = b1 + r * 4;
     acc_t* __restrict__ v4 = scratch + 0;
     acc_t* __restrict__ v8 = scratch + (4);
     for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
       acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         #pragma unroll
@@ -93,9 +106,44 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         }
       }
     }
-    if (begin == end) {
+    if (begin + slice_begin == begin + slice_end) {
       for (int f = lane; f < 4; f += lanes) {
         v4[f] = 0;
+      }
+    }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 4; f += blockDim.x) {
+        const int i0 = f;
+        acc_t top = v4[i0 - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v4[i0 + (g - group) * row_scratch];
+          top = (x > top || x != x) ? x : top;
+        }
+        acc_t total = 0;
+        for (int g = 0; g < block_groups; ++g) {
+          const acc_t scale = expf(v4[i0 + (g - group) * row_scratch] - top);
+          total += v8[f + (g - group) * row_scratch] * scale;
+        }
+        v8[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      for (int f = threadIdx.x; f < 4; f += blockDim.x) {
+        acc_t total = v4[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v4[f + (g - group) * row_scratch];
+          total = (x > total || x != x) ? x : total;
+        }
+        v4[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 4; f += lanes) {
+          v4[f] = v4[f - group * row_scratch];
+        }
+        for (int f = lane; f < 4; f += lanes) {
+          v8[f] = v8[f - group * row_scratch];
+        }
       }
     }
     __syncwarp(group_mask);
@@ -110,7 +158,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     acc_t* __restrict__ v13 = scratch + (4) + (4);
     for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 4;
         const scalar_t* v11 = b2 + nbr * 32;
@@ -139,7 +187,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         }
       }
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 32; f += blockDim.x) {
+        acc_t total = v13[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v13[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v13[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 32; f += lanes) {
+          v13[f] = v13[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     for (int f = lane; f < 32; f += lanes) {
       SEASTAR_GLOBAL(b3[r * 32 + f]) = v13[f];
     }
@@ -180,9 +246,11 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {
@@ -208,6 +276,7 @@ struct backward_params {
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
   int lanes;  // threads per row
+  int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
@@ -231,14 +300,26 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 8, group_bits = 3;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 260;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+  constexpr int row_scratch = 260;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_dst; rr += hub_block ? p.num_dst : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     const scalar_t* v3 = b3 + r * 4;
     const acc_t* v6 = b4 + r * 4;
     acc_t v7[4];
@@ -255,7 +336,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     for (int f0 = 0; f0 < 32; f0 += lanes * 4) {
       acc_t acc18[4]; for (int k = 0; k < 4; ++k) acc18[k] = (acc_t)0.0;
       acc_t acc43[4]; for (int k = 0; k < 4; ++k) acc43[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 4;
         const scalar_t* v1 = b1 + nbr * 32;
@@ -287,6 +368,34 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
         if (f < 32) {
           v18[f] = acc18[k];
           v43[f] = acc43[k];
+        }
+      }
+    }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 32; f += blockDim.x) {
+        acc_t total = v18[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v18[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v18[f - group * row_scratch] = total;
+      }
+      for (int f = threadIdx.x; f < 32; f += blockDim.x) {
+        acc_t total = v43[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v43[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v43[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 32; f += lanes) {
+          v18[f] = v18[f - group * row_scratch];
+        }
+        for (int f = lane; f < 32; f += lanes) {
+          v43[f] = v43[f - group * row_scratch];
         }
       }
     }
@@ -332,7 +441,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     acc_t* __restrict__ v48 = scratch + (32) + (32) + (32) + (32) + (32);
     for (int f0 = 0; f0 < 4; f0 += lanes * 4) {
       acc_t acc48[4]; for (int k = 0; k < 4; ++k) acc48[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v2 = b2 + nbr * 4;
         #pragma unroll
@@ -361,7 +470,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
         }
       }
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 4; f += blockDim.x) {
+        acc_t total = v48[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v48[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v48[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 4; f += lanes) {
+          v48[f] = v48[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     acc_t* __restrict__ v44 = scratch + (32) + (32) + (32) + (32) + (32) + (4);
     for (int f = lane; f < 32; f += lanes) {
       v44[f] = (acc_t)(v43[f] != (acc_t)0.0);
@@ -423,14 +550,26 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 8, group_bits = 3;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 164;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
+  constexpr int row_scratch = 164;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_src; rr += hub_block ? p.num_src : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     const scalar_t* v2 = b2 + r * 4;
     acc_t* __restrict__ v14 = scratch + 0;
     acc_t* __restrict__ v32 = scratch + (32);
@@ -439,7 +578,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       acc_t acc14[4]; for (int k = 0; k < 4; ++k) acc14[k] = (acc_t)0.0;
       acc_t acc32[4]; for (int k = 0; k < 4; ++k) acc32[k] = (acc_t)0.0;
       acc_t acc40[4]; for (int k = 0; k < 4; ++k) acc40[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v3 = b3 + nbr * 4;
         const acc_t* v7 = b9 + nbr * 4;
@@ -485,7 +624,47 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
         }
       }
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 32; f += blockDim.x) {
+        acc_t total = v14[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v14[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v14[f - group * row_scratch] = total;
+      }
+      for (int f = threadIdx.x; f < 32; f += blockDim.x) {
+        acc_t total = v32[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v32[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v32[f - group * row_scratch] = total;
+      }
+      for (int f = threadIdx.x; f < 4; f += blockDim.x) {
+        acc_t total = v40[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v40[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v40[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 32; f += lanes) {
+          v14[f] = v14[f - group * row_scratch];
+        }
+        for (int f = lane; f < 32; f += lanes) {
+          v32[f] = v32[f - group * row_scratch];
+        }
+        for (int f = lane; f < 4; f += lanes) {
+          v40[f] = v40[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     acc_t* __restrict__ v33 = scratch + (32) + (32) + (4);
     for (int f = lane; f < 32; f += lanes) {
       v33[f] = (acc_t)(v32[f] != (acc_t)0.0);
@@ -555,9 +734,11 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {
@@ -581,9 +762,11 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {

@@ -28,6 +28,7 @@ struct forward_params {
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
   int lanes;  // threads per row
+  int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
@@ -47,21 +48,33 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 16, group_bits = 4;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 39;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+  constexpr int row_scratch = 39;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_dst; rr += hub_block ? p.num_dst : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     const scalar_t* v1 = b1 + r * 10;
     acc_t* __restrict__ v4 = scratch + 0;
     acc_t* __restrict__ v8 = scratch + (2);
     for (int f0 = 0; f0 < 2; f0 += lanes * 4) {
       acc_t acc4[4]; for (int k = 0; k < 4; ++k) acc4[k] = (acc_t)__int_as_float((int)0xff800000);
       acc_t acc8[4]; for (int k = 0; k < 4; ++k) acc8[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 10;
         #pragma unroll
@@ -91,9 +104,44 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         }
       }
     }
-    if (begin == end) {
+    if (begin + slice_begin == begin + slice_end) {
       for (int f = lane; f < 2; f += lanes) {
         v4[f] = 0;
+      }
+    }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 2; f += blockDim.x) {
+        const int i0 = f;
+        acc_t top = v4[i0 - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v4[i0 + (g - group) * row_scratch];
+          top = (x > top || x != x) ? x : top;
+        }
+        acc_t total = 0;
+        for (int g = 0; g < block_groups; ++g) {
+          const acc_t scale = expf(v4[i0 + (g - group) * row_scratch] - top);
+          total += v8[f + (g - group) * row_scratch] * scale;
+        }
+        v8[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      for (int f = threadIdx.x; f < 2; f += blockDim.x) {
+        acc_t total = v4[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v4[f + (g - group) * row_scratch];
+          total = (x > total || x != x) ? x : total;
+        }
+        v4[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 2; f += lanes) {
+          v4[f] = v4[f - group * row_scratch];
+        }
+        for (int f = lane; f < 2; f += lanes) {
+          v8[f] = v8[f - group * row_scratch];
+        }
       }
     }
     __syncwarp(group_mask);
@@ -108,7 +156,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
     acc_t* __restrict__ v13 = scratch + (2) + (2);
     for (int f0 = 0; f0 < 10; f0 += lanes * 4) {
       acc_t acc13[4]; for (int k = 0; k < 4; ++k) acc13[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * 10;
         #pragma unroll
@@ -135,7 +183,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         }
       }
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 10; f += blockDim.x) {
+        acc_t total = v13[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v13[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v13[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 10; f += lanes) {
+          v13[f] = v13[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     acc_t* __restrict__ v14 = scratch + (2) + (2) + (10);
     for (int f = lane; f < 10; f += lanes) {
       v14[f] = (SEASTAR_GLOBAL(v1[f]) + v13[f]);
@@ -218,9 +284,11 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {
@@ -246,6 +314,7 @@ struct backward_params {
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
   int lanes;  // threads per row
+  int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
@@ -268,14 +337,26 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 16, group_bits = 4;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 145;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+  constexpr int row_scratch = 145;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_dst; rr += hub_block ? p.num_dst : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     const scalar_t* v5 = b1 + r * 10;
     const acc_t* v20 = b4 + r * 2;
     acc_t v21[2];
@@ -285,7 +366,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     acc_t* __restrict__ v38 = scratch + 0;
     for (int f0 = 0; f0 < 10; f0 += lanes * 4) {
       acc_t acc38[4]; for (int k = 0; k < 4; ++k) acc38[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v15 = b3 + nbr * 10;
         #pragma unroll
@@ -308,6 +389,23 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
         const int f = f0 + lane + lanes * k;
         if (f < 10) {
           v38[f] = acc38[k];
+        }
+      }
+    }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 10; f += blockDim.x) {
+        acc_t total = v38[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v38[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v38[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 10; f += lanes) {
+          v38[f] = v38[f - group * row_scratch];
         }
       }
     }
@@ -395,7 +493,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
     for (int f = lane; f < 10; f += lanes) {
       v53[f] = (acc_t)0.0;
     }
-    for (int64_t j = begin; j < end; ++j) {
+    for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
       const int64_t nbr = nbrs[j];
       const scalar_t* v15 = b3 + nbr * 10;
       acc_t* __restrict__ v16 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10);
@@ -461,7 +559,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
       }
       __syncwarp(group_mask);
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 10; f += blockDim.x) {
+        acc_t total = v53[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v53[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v53[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 10; f += lanes) {
+          v53[f] = v53[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     acc_t* __restrict__ v54 = scratch + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     for (int f = lane; f < 10; f += lanes) {
       v54[f] = (v14[f] + v53[f]);
@@ -501,14 +617,26 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  constexpr int block_groups = 16, group_bits = 4;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
-  acc_t* __restrict__ scratch = shared + (threadIdx.x / lanes) * 165;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
+  constexpr int row_scratch = 165;
+  acc_t* __restrict__ scratch = shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_src; rr += hub_block ? p.num_src : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     const scalar_t* v15 = b3 + r * 10;
     acc_t* __restrict__ v16 = scratch + 0;
     for (int f = lane; f < 10; f += lanes) {
@@ -523,7 +651,7 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
     for (int f = lane; f < 10; f += lanes) {
       v51[f] = (acc_t)0.0;
     }
-    for (int64_t j = begin; j < end; ++j) {
+    for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
       const int64_t nbr = nbrs[j];
       const scalar_t* v0 = b0 + nbr * 5;
       acc_t v1[1];
@@ -641,7 +769,36 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel1(con
       }
       __syncwarp(group_mask);
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < 10; f += blockDim.x) {
+        acc_t total = v29[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v29[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v29[f - group * row_scratch] = total;
+      }
+      for (int f = threadIdx.x; f < 10; f += blockDim.x) {
+        acc_t total = v51[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v51[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v51[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < 10; f += lanes) {
+          v29[f] = v29[f - group * row_scratch];
+        }
+        for (int f = lane; f < 10; f += lanes) {
+          v51[f] = v51[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     acc_t* __restrict__ v31 = scratch + (10) + (10) + (10) + (10) + (5) + (10) + (10) + (10) + (10) + (10) + (10) + (10);
     for (int f = lane; f < 10; f += lanes) {
       v31[f] = (-v16[f]);
@@ -706,9 +863,11 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {
@@ -732,9 +891,11 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel1, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {

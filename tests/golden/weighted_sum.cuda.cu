@@ -28,6 +28,7 @@ struct forward_params {
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
   int lanes;  // threads per row
+  int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(const forward_params p) {
@@ -45,20 +46,34 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  const int block_groups = 256 / lanes;
+  int group_bits = 0;  // block_groups = 2^group_bits
+  while ((block_groups >> group_bits) > 1) ++group_bits;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  const int row_scratch = (int)p.scratch_per_row;  // below 2^31: it fits a block or 1 GiB
   acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_dst; rr += groups) {
+      ? p.scratch + ((int64_t)blockIdx.x * block_groups + group) * row_scratch
+      : shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_dst; rr += hub_block ? p.num_dst : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     acc_t* __restrict__ v3 = scratch + 0;
     for (int f0 = 0; f0 < s0; f0 += lanes * 4) {
       acc_t acc3[4]; for (int k = 0; k < 4; ++k) acc3[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * s0;
         const scalar_t* v1 = b1 + nbr * 1;
@@ -81,7 +96,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__forward_kernel0(cons
         }
       }
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < s0; f += blockDim.x) {
+        acc_t total = v3[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v3[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v3[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < s0; f += lanes) {
+          v3[f] = v3[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     for (int f = lane; f < s0; f += lanes) {
       SEASTAR_GLOBAL(b2[r * s0 + f]) = v3[f];
     }
@@ -114,6 +147,8 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_dst;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
     // sm_86/89), or where the opt-in is refused, scratch goes to global memory
@@ -130,9 +165,10 @@ extern "C" int seastar___SEASTAR_PREFIX__forward(const int64_t* sizes, const int
           cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
         return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__forward_kernel0's per-row scratch: out of GPU memory");
       shared = 0;
+      p.hub_blocks = 0;  // a hub stays on one group: the budget holds the groups' scratch, no more
     }
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__forward_kernel0, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {
@@ -158,6 +194,7 @@ struct backward_params {
   int64_t scratch_per_row;  // elements of scratch one row uses
   int num_threads;
   int lanes;  // threads per row
+  int64_t hub_blocks;  // blocks that take a row each, the heaviest (row_edges)
 };
 
 __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(const backward_params p) {
@@ -177,20 +214,34 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
   const int lane = threadIdx.x & (lanes - 1);
   const unsigned group_mask = lanes == 32 ? 0xffffffffu
                               : ((1u << lanes) - 1u) << (threadIdx.x & 31 & ~(lanes - 1));
-  const int64_t groups = (int64_t)gridDim.x * (blockDim.x / lanes);
+  const int group = threadIdx.x / lanes;
+  const int block_groups = 256 / lanes;
+  int group_bits = 0;  // block_groups = 2^group_bits
+  while ((block_groups >> group_bits) > 1) ++group_bits;
+  // the first p.hub_blocks blocks take the heaviest rows, one each (row_edges); others a row a group
+  const bool hub_block = blockIdx.x < p.hub_blocks;
+  const int64_t groups = ((int64_t)gridDim.x - p.hub_blocks) * block_groups;
   (void)lane; (void)group_mask;
   SEASTAR_DYNAMIC_SHARED(acc_t, shared);
+  const int row_scratch = (int)p.scratch_per_row;  // below 2^31: it fits a block or 1 GiB
   acc_t* __restrict__ scratch = p.scratch != nullptr
-      ? p.scratch + ((int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes) * p.scratch_per_row
-      : shared + (threadIdx.x / lanes) * p.scratch_per_row;
-  for (int64_t rr = (int64_t)blockIdx.x * (blockDim.x / lanes) + threadIdx.x / lanes; rr < p.num_src; rr += groups) {
+      ? p.scratch + ((int64_t)blockIdx.x * block_groups + group) * row_scratch
+      : shared + group * row_scratch;
+  for (int64_t rr = hub_block ? blockIdx.x : ((int64_t)blockIdx.x - p.hub_blocks) * block_groups + group; rr < p.num_src; rr += hub_block ? p.num_src : groups) {
     const int64_t r = order.data != nullptr ? order[rr] : rr;
     const int64_t begin = indptr[r], end = indptr[r + 1];
     (void)begin; (void)end;
+    const bool split = rr < p.hub_blocks && end - begin >= 256;
+    if (split != hub_block) continue;  // a hub block's row that is no hub, or a hub in another group
+    // int offsets from begin: fewer registers live across the loops than two 64-bit bounds
+    const int slice_begin = split ? (int)(((end - begin) * group) >> group_bits) : 0;
+    const int slice_end = split ? (int)(((end - begin) * (group + 1)) >> group_bits)
+                                : (int)(end - begin);
+    (void)slice_begin; (void)slice_end;
     acc_t* __restrict__ v1 = scratch + 0;
     for (int f0 = 0; f0 < s0; f0 += lanes * 4) {
       acc_t acc1[4]; for (int k = 0; k < 4; ++k) acc1[k] = (acc_t)0.0;
-      for (int64_t j = begin; j < end; ++j) {
+      for (int64_t j = begin + slice_begin; j < begin + slice_end; ++j) {
         const int64_t nbr = nbrs[j];
         const scalar_t* v0 = b0 + nbr * s0;
         #pragma unroll
@@ -210,7 +261,25 @@ __global__ void __launch_bounds__(256, 4) __SEASTAR_PREFIX__backward_kernel0(con
         }
       }
     }
+    if (split) {  // the block's groups swept a slice of the row's edges each
+      __syncthreads();
+      for (int f = threadIdx.x; f < s0; f += blockDim.x) {
+        acc_t total = v1[f - group * row_scratch];
+        for (int g = 1; g < block_groups; ++g) {
+          const acc_t x = v1[f + (g - group) * row_scratch];
+          total += x;
+        }
+        v1[f - group * row_scratch] = total;
+      }
+      __syncthreads();
+      if (group != 0) {
+        for (int f = lane; f < s0; f += lanes) {
+          v1[f] = v1[f - group * row_scratch];
+        }
+      }
+    }
     __syncwarp(group_mask);
+    if (split && group != 0) continue;  // every group holds the row's results: one writes them
     const scalar_t* v2 = b1 + r * 1;
     acc_t* __restrict__ v3 = scratch + (s0);
     for (int f = lane; f < s0; f += lanes) {
@@ -266,6 +335,8 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
     int64_t shared = groups_per_block * row_bytes;
     const int64_t rows = p.num_src;
     int64_t blocks = std::min<int64_t>((rows + groups_per_block - 1) / groups_per_block, 1 << 20);
+    // the heaviest rows' blocks: as many as rows can have SPLIT_DEGREE edges, HUB_ROWS at most
+    p.hub_blocks = std::min<int64_t>({rows, (int64_t)1024, p.num_edges / 256});
     p.scratch = nullptr;
     // past what this device lets a block opt into (227 KiB on sm_90, 163 on sm_80, 99 on
     // sm_86/89), or where the opt-in is refused, scratch goes to global memory
@@ -282,9 +353,10 @@ extern "C" int seastar___SEASTAR_PREFIX__backward(const int64_t* sizes, const in
           cudaMallocAsync((void**)&p.scratch, (size_t)(blocks * shared), st) != cudaSuccess)
         return seastar_fail(-1, "cudaMallocAsync of __SEASTAR_PREFIX__backward_kernel0's per-row scratch: out of GPU memory");
       shared = 0;
+      p.hub_blocks = 0;  // a hub stays on one group: the budget holds the groups' scratch, no more
     }
     if (rows > 0) {
-      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)blocks, 256, (size_t)shared, st)(p);
+      SEASTAR_LAUNCH(__SEASTAR_PREFIX__backward_kernel0, (unsigned)(p.hub_blocks + blocks), 256, (size_t)shared, st)(p);
       const cudaError_t launched = cudaGetLastError();
       const cudaError_t freed = p.scratch != nullptr ? cudaFreeAsync(p.scratch, st) : cudaSuccess;
       if (launched != cudaSuccess || freed != cudaSuccess) {
