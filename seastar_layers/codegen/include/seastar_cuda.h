@@ -26,43 +26,22 @@
 // writes; the emulator counts the 32-byte sectors such accesses touch (SEASTAR_EMU_TRAFFIC).
 #define SEASTAR_GLOBAL(x) (x)
 
-#include <atomic>
-
-// The most dynamic shared memory a block may opt into on the current device (227 KiB on sm_90, 163
-// on sm_80, 99 on sm_86/sm_89), read from the device once per device; 48 KiB, which every device
-// allows, where the runtime cannot say.
-inline int seastar_shared_optin() {
-  constexpr int kDevices = 64, kAlways = 48 * 1024;
-  static std::atomic<int> known[kDevices];
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kDevices) {
-    (void)cudaGetLastError();
-    return kAlways;
-  }
-  int bytes = known[device].load(std::memory_order_relaxed);
-  if (bytes == 0) {
-    if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess || bytes <= 0) {
-      (void)cudaGetLastError();
-      return kAlways;
-    }
-    known[device].store(bytes, std::memory_order_relaxed);
-  }
-  return bytes;
-}
-
 #else
 
 #include "seastar_cuda_emu.h"
 
-// The emulated device's opt-in limit (SEASTAR_EMU_SHARED_OPTIN_KB), read on every launch so that a
-// test can switch devices.
+#endif
+
+// The most dynamic shared memory a block may opt into on the current device (227 KiB on sm_90, 163
+// on sm_80, 99 on sm_86/sm_89; the emulator's SEASTAR_EMU_SHARED_OPTIN_KB), asked at each launch of a
+// kernel whose rows may not fit (an attribute lookup, not cudaGetDeviceProperties' query); 48 KiB,
+// which every device allows, where the runtime cannot say.
 inline int seastar_shared_optin() {
-  int bytes = 0;
-  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0) != cudaSuccess) {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess || bytes <= 0) {
     (void)cudaGetLastError();
     return 48 * 1024;
   }
   return bytes;
 }
-
-#endif
