@@ -141,9 +141,11 @@ class KernelRenderer:
         self.shared_in_edge_loop |= not replicated
         return replicated
 
-    def for_each(self, shape, size, replicated: bool, body) -> None:
-        """An element loop over `shape`; body(loop) returns the statements for one element."""
-        loop = self.d.element_loop(tuple(shape), size, replicated)
+    def for_each(self, shape, size, replicated: bool, body, across_block: bool = False) -> None:
+        """An element loop over `shape`; body(loop) returns the statements for one element. across_block:
+        the block's threads split the elements (Dialect.block_element_loop), not the group's lanes."""
+        loop = (self.d.block_element_loop(tuple(shape), size) if across_block
+                else self.d.element_loop(tuple(shape), size, replicated))
         statements = body(loop)
         used = set(re.findall(r"\b\w+\b", " ".join(statements)))
         self.emit(*loop.open)
@@ -844,13 +846,9 @@ class KernelRenderer:
             offset = "- group * row_scratch" if g == "0" else f"+ ({g} - group) * row_scratch"
             return f"v{a}[{index} {offset}]"
 
-        def block_loop(a: int, body):
+        def block_loop(a: int, body):  # body(loop, element index) for each element of a, across the block
             n = self.nodes[a]
-            lp = self.d.block_element_loop(tuple(n.shape), n.size)
-            statements = body(lp, self.index_in(lp, n.shape))
-            used = set(re.findall(r"\b\w+\b", " ".join(statements)))
-            self.emit(*lp.open, *("  " + line for var, line in lp.declarations.items() if var in used),
-                      *("  " + line for line in statements), *lp.close)
+            self.for_each(n.shape, n.size, False, lambda lp: body(lp, self.index_in(lp, n.shape)), across_block=True)
 
         def rescale(lp, f, a):
             m, degree = rescaled[a]
