@@ -208,8 +208,8 @@ PyObject* add_variant(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "spsKKKOOiiO", &op, &cuda, &key, &forward, &backward, &last_error, &forward_buffers,
                         &backward_buffers, &num_results, &num_saved, &dims))
     return nullptr;
-  if (forward == 0 || backward == 0 || last_error == 0) {
-    PyErr_SetString(PyExc_ValueError, "add_variant: a null entry point");
+  if (forward == 0 || last_error == 0) {  // backward 0: a forward no backward follows (for_backward off)
+    PyErr_SetString(PyExc_ValueError, "add_variant: a null forward or last_error entry point");
     return nullptr;
   }
   auto v = std::make_unique<AddedVariant>();
@@ -228,7 +228,8 @@ PyObject* add_variant(PyObject*, PyObject* args) {
   auto error = reinterpret_cast<seastar::ErrorEntry>(last_error);
   v->variant = {v->key.c_str(),
                 {run(forward), error, v->forward.data(), static_cast<int>(v->forward.size())},
-                {run(backward), error, v->backward.data(), static_cast<int>(v->backward.size())},
+                {backward != 0 ? run(backward) : nullptr, backward != 0 ? error : nullptr, v->backward.data(),
+                 static_cast<int>(v->backward.size())},
                 num_results,
                 num_saved,
                 v->dims.data(),

@@ -397,6 +397,9 @@ class Call {
 
   // One gradient per argument given, in schema order.
   std::vector<at::Tensor> backward(at::TensorList saved, at::TensorList grads) {
+    TORCH_CHECK_VALUE(variant_->backward.run != nullptr, f_.op, "_backward: the variant ", variant_->key,
+                      " computes no backward (its forward is for calls autograd does not record); pass "
+                      "for_backward=True, as the op's autograd kernel does where it records");
     TORCH_CHECK_VALUE(static_cast<int>(saved.size()) == variant_->num_saved, f_.op, "_backward: 'saved' must hold the ",
                       variant_->num_saved, " tensors the forward returned second, got ", saved.size());
     TORCH_CHECK_VALUE(static_cast<int>(grads.size()) == variant_->num_results, f_.op, "_backward: 'grads' must hold ",

@@ -59,7 +59,7 @@ struct Program {
 // One specialisation: its key is the features' dtype and the options given (base.py: variant_key).
 struct Variant {
   const char* key;
-  Program forward, backward;
+  Program forward, backward;  // backward.run null: a forward no backward follows (the switch for_backward off)
   int num_results, num_saved;
   const char* const* dims;  // the declared names of the run-time sizes s0, s1, ...
   int num_dims;

@@ -52,7 +52,9 @@ class Compilation:
     backward: Backward | None = None
     schedules: dict[str, Schedule] | None = None  # "forward", "backward"
     pins: tuple = ()  # ((symbol, size), ...) per fast path: kernels with those sizes as constants
-    for_backward: bool = False  # a backward follows: the forward also sums what it would sweep for
+    # True: a backward follows, and the forward also sums what it would sweep the edges for; None: one forward
+    # serves calls with and without a backward; False: none follows (inference: no backward, nothing saved)
+    for_backward: bool | None = None
     source: str | None = None  # with PREFIX_PLACEHOLDER where the entry points' prefix goes
 
     def programs(self) -> dict[str, Program]:
@@ -78,8 +80,22 @@ def _hoist(c: Compilation) -> Compilation:
     return replace(c, program=program, prelude=prelude)
 
 
+def _autodiff(c: Compilation) -> Compilation:
+    return c if c.for_backward is False else replace(c, backward=autodiff(c.program))
+
+
+def _factor(c: Compilation) -> Compilation:
+    if c.backward is None:
+        return c
+    return replace(c, backward=replace(c.backward, program=factor_reductions(c.backward.program)))
+
+
+def _show_backward(c: Compilation) -> str:
+    return str(c.backward.program) if c.backward is not None else "no backward (for_backward=False)"
+
+
 def _precompute(c: Compilation) -> Compilation:
-    if not c.for_backward:  # inference: the forward sums nothing it does not return
+    if not c.for_backward:  # no backward follows, or one forward serves both: it sums nothing it does not return
         return c
     program, backward = move_to_forward(c.program, replace(c.backward, program=pull_row_factors(c.backward.program)))
     return replace(c, program=program, backward=backward)
@@ -87,6 +103,8 @@ def _precompute(c: Compilation) -> Compilation:
 
 def _plan_saves(c: Compilation) -> Compilation:
     """The forward also outputs what the backward reads instead of recomputing (aggregation results)."""
+    if c.backward is None:
+        return c
     saved = tuple((saved_key(c.program, i), i) for i in c.backward.saved)
     return replace(c, program=Program(c.program.nodes, c.program.outputs + saved))
 
@@ -104,14 +122,12 @@ PIPELINE = (
     _forward_pass(canonicalize),
     _forward_pass(stabilise_softmax),
     Stage("hoist_params", _hoist, lambda c: f"{c.program}\n  -- prelude (torch) --\n{c.prelude}"),
-    Stage("autodiff", lambda c: replace(c, backward=autodiff(c.program)), lambda c: str(c.backward.program)),
-    Stage("factor_reductions", lambda c: replace(c, backward=replace(c.backward, program=factor_reductions(
-        c.backward.program))), lambda c: str(c.backward.program)),
-    Stage("precompute", _precompute, lambda c: f"{c.program}\n  -- backward --\n{c.backward.program}"),
+    Stage("autodiff", _autodiff, _show_backward),
+    Stage("factor_reductions", _factor, _show_backward),
+    Stage("precompute", _precompute, lambda c: f"{c.program}\n  -- backward --\n{_show_backward(c)}"),
     Stage("save_planning", _plan_saves, _show_saves),
     Stage("schedule", lambda c: replace(c, schedules={
-        name: schedule(prog, online_softmax=TARGETS[c.target].online_softmax)
-        for name, prog in (("forward", c.program), ("backward", c.backward.program))}),
+        name: schedule(prog, online_softmax=TARGETS[c.target].online_softmax) for name, prog in c.programs().items() if name != "prelude"}),
           lambda c: "\n".join(f"{name}:\n{sched}" for name, sched in c.schedules.items())),
     Stage("render", lambda c: replace(c, source=render_program(c.schedules, TARGETS[c.target], c.dtype,
                                                                PREFIX_PLACEHOLDER, c.pins)),
@@ -119,7 +135,7 @@ PIPELINE = (
 )
 
 
-def run_pipeline(program: Program, target: str, dtype: str, pins: tuple = (), for_backward: bool = False
+def run_pipeline(program: Program, target: str, dtype: str, pins: tuple = (), for_backward: bool | None = None
                  ) -> Compilation:
     c = Compilation(program, target, dtype, pins=pins, for_backward=for_backward)
     verify(program, "frontend")
@@ -144,23 +160,23 @@ class Generated:
     key: str  # hash of the source (which spells out the whole interface); prefixes the entry points
     source: str
     forward: Schedule
-    backward: Schedule
+    backward: Schedule | None  # None for a forward no backward follows (for_backward=False)
     lowered: object
     prelude: Program
 
 
 def generate(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, target: str = "cpu",
-             pins: tuple = (), for_backward: bool = False) -> Generated:
-    """The whole pipeline up to the source, for one specialisation."""
+             pins: tuple = (), for_backward: bool | None = None) -> Generated:
+    """The whole pipeline up to the source, for one specialisation (for_backward: as Compilation's)."""
     lowered = lower(fn, specs)
     c = run_pipeline(lowered.program, target, DTYPE_NAMES[dtype], pins, for_backward)
     key = "p" + hashlib.sha256(c.source.encode()).hexdigest()[:20] + "_"
     return Generated(key, c.source.replace(PREFIX_PLACEHOLDER, key), c.schedules["forward"],
-                     c.schedules["backward"], lowered, c.prelude)
+                     c.schedules.get("backward"), lowered, c.prelude)
 
 
 def build(fn, specs: dict[str, FeatureSpec], dtype: torch.dtype, tools: toolchain.Toolchain,
-          pins: tuple = (), for_backward: bool = False) -> tuple[Specialisation, list]:
+          pins: tuple = (), for_backward: bool | None = None) -> tuple[Specialisation, list]:
     """Generate, then bind to the prebuilt extension or a JIT-built library; returns the facts read."""
     g = generate(fn, specs, dtype, tools.target, pins, for_backward)
     lib = prebuilt.lookup(g.key) if tools.backend == "cpu" else None
@@ -192,7 +208,7 @@ class _SpecialisationCache:
         # held while building too: threads making the same first call wait for one build, not race it
         self._lock = threading.RLock()
 
-    def get(self, fn, specs, dtype, tools: toolchain.Toolchain, pins: tuple = (), for_backward: bool = False
+    def get(self, fn, specs, dtype, tools: toolchain.Toolchain, pins: tuple = (), for_backward: bool | None = None
             ) -> Specialisation:
         with self._lock:
             return self._get(fn, specs, dtype, tools, (pins, for_backward))
@@ -259,9 +275,10 @@ class CompiledProgram:
         return (shape_pattern(specs) if self.generic_shapes else specs), dtype
 
     def generate(self, features: dict[str, torch.Tensor], target: str = "cpu") -> Generated:
-        """The generated source for these features, compiling nothing (setup.py prebuilds with it);
-        without a backward to follow unless the program was compiled for_backward=True."""
-        return generate(self.fn, *self.specs(features), target, self.pins, bool(self.for_backward))
+        """The generated source for these features, compiling nothing (setup.py prebuilds with it), as
+        compiled: for_backward=None (the default) gives one forward that serves calls with and without
+        a backward, True the one a backward follows, False one with no backward."""
+        return generate(self.fn, *self.specs(features), target, self.pins, self.for_backward)
 
     def source(self, target: str = "cpu", **features) -> str:
         """The source generated for these features (shapes and dtype are what matter) and target
@@ -273,12 +290,23 @@ class CompiledProgram:
         except CompileError as e:
             raise e.with_traceback(None) from None
 
-    def specialise(self, features: dict[str, torch.Tensor], tools: toolchain.Toolchain = toolchain.CPU
-                   ) -> Specialisation:
+    def specialise(self, features: dict[str, torch.Tensor], tools: toolchain.Toolchain = toolchain.CPU,
+                   recorded: bool | None = None, as_compiled: bool = False) -> Specialisation:
+        """The specialisation a call runs; `recorded`: whether autograd records it (by default, whether
+        grad is enabled and a feature requires grad). as_compiled: the one `generate` gives, whatever
+        the call (an op family's variant, whose op records the backward itself)."""
         specs, dtype = self.specs(features)
-        for_backward = self.for_backward
-        if for_backward is None:  # as autograd decides whether to record the op's node
-            for_backward = torch.is_grad_enabled() and any(t.requires_grad for t in features.values())
+        if as_compiled:
+            return self._specialise(specs, dtype, tools, self.for_backward)
+        if recorded is None:
+            recorded = torch.is_grad_enabled() and any(t.requires_grad for t in features.values())
+        if recorded and self.for_backward is False:
+            raise ValueError(f"{self.fn.__name__} was compiled with for_backward=False, which generates no backward, "
+                             "and this call needs one (grad is enabled and an input requires grad): compile it "
+                             "without for_backward, or call it under torch.no_grad()")
+        return self._specialise(specs, dtype, tools, recorded if self.for_backward is None else self.for_backward)
+
+    def _specialise(self, specs, dtype, tools: toolchain.Toolchain, for_backward: bool | None) -> Specialisation:
         try:
             return _CACHE.get(self.fn, specs, dtype, tools, self.pins, for_backward)
         except CompileError as e:
@@ -290,6 +318,9 @@ class CompiledProgram:
         device = _device_of(features)
         tools = toolchain.for_device(device)
         spec = self.specialise(features, tools)
+        if spec.op.backward is None and torch.is_grad_enabled() and any(
+                resolve_path(self.fn, path).requires_grad for path in spec.params.values()):
+            spec = self.specialise(features, tools, recorded=True)  # autograd records it for a parameter's sake
         g = _resolve_graph(graph, size, spec, features)
         if g.device != device:
             what = "an edge_index" if isinstance(graph, torch.Tensor) else type(graph).__name__
@@ -320,9 +351,11 @@ def compile(fn=None, *, generic_shapes: bool = False, shapes: dict | None = None
     ``fast_sizes`` (with ``shapes``) lists common sizes by name, e.g. ``[{"heads": 8, "channels": 8}]``:
     each also gets kernels with those sizes as constants, which the entry runs when the sizes match
     (the C++ compiler then unrolls the loops over them and keeps their accumulators in registers).
-    A call that autograd records (grad enabled, a feature requiring grad) runs a forward that also
+    A call that autograd records (grad enabled, an input requiring grad) runs a forward that also
     sums what its backward would otherwise sweep the edges again for (see passes/precompute.py);
-    other calls run one that computes only the results. ``for_backward`` fixes the choice.
+    other calls run one that computes and keeps only the results, with no backward.
+    ``for_backward=True`` fixes the first, ``False`` the second (a call that needs a backward then
+    raises).
     """
     if fn is None:
         return lambda f: CompiledProgram(f, generic_shapes, shapes, fast_sizes, for_backward)

@@ -30,7 +30,7 @@ FOR_BACKWARD = {"gat_for_backward": "gat"}  # the variant a call that autograd r
 def render(name: str, target: str) -> str:
     fn, shapes = PROGRAMS[FOR_BACKWARD.get(name, name)]
     specs = {feature: FeatureSpec(shape, F32) for feature, shape in shapes.items()}
-    return run_pipeline(lower(fn, specs).program, target, "float32", for_backward=name in FOR_BACKWARD).source
+    return run_pipeline(lower(fn, specs).program, target, "float32", for_backward=name in FOR_BACKWARD or None).source
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))

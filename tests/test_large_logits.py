@@ -45,7 +45,8 @@ def test_every_prebuilt_variant_subtracts_the_row_max():
             with warnings.catch_warnings():
                 warnings.simplefilter("error", sl.UnstabilisedSoftmaxWarning)
                 generated = program.generate(features, "cpu")
-            for schedule in (generated.forward, generated.backward):
+            # a variant for calls autograd does not record has no backward
+            for schedule in filter(None, (generated.forward, generated.backward)):
                 prog = schedule.program
                 for i, n in enumerate(prog.nodes):
                     if n.op is Op.EXP and n.space in (Space.EDGE, Space.SRC) and reaches_a_sum(prog, i):

@@ -267,7 +267,7 @@ def test_gat_layers_compute_no_gradient_for_the_slope():
     so no per-edge accumulator for a gradient that nothing reads."""
     from seastar_layers.nn import programs
 
-    prog = programs.gat_attention(True, True, False, torch.tensor(0.2))
+    prog = programs.gat_attention(True, True, False, torch.tensor(0.2), for_backward=True)
     feats = {"a_src": torch.randn(3, 2, 1), "x": torch.randn(3, 2, 3), "a_dst": torch.randn(3, 2, 1),
              "a_edge": torch.randn(4, 2, 1)}
     outputs = {key.name for key, _ in prog.generate(feats).backward.program.outputs}

@@ -56,6 +56,30 @@ def test_gradcheck_float64(fn, inputs):
     assert torch.autograd.gradcheck(call, tuple(inputs.values()) + tuple(extra))
 
 
+def test_a_call_autograd_does_not_record_runs_a_forward_with_no_backward():
+    """Under no_grad, or with no input requiring grad, a program computes and keeps only its results
+    (its specialisation has no backward and saves nothing); a closed-over parameter that requires grad
+    makes autograd record the call, so that one runs the forward with a backward; for_backward=False
+    fixes the first, and a call that needs a backward then says so."""
+    feats = {name: t.detach() for name, t in {"x": double(N, 4, seed=7), "y": double(N, 4, seed=8),
+                                               "w": double(EI.shape[1], 4, seed=9)}.items()}
+    prog = sl.compile(with_param)
+    with torch.no_grad():
+        spec, _, _ = prog.prepare(EI, **feats)
+    assert spec.op.backward is None and spec.op.saved == []
+    spec, _, _ = prog.prepare(EI, **feats)  # PARAM requires grad
+    assert spec.op.backward is not None
+    out = prog(EI, **feats)
+    assert torch.isfinite(torch.autograd.grad(out.sum(), PARAM)[0]).all()
+    with torch.no_grad():
+        torch.testing.assert_close(prog(EI, **feats), out)
+    inference = sl.compile(gat_zip, for_backward=False)
+    with torch.no_grad():
+        torch.testing.assert_close(inference(EI, **GAT_INPUTS), sl.compile(gat_zip)(EI, **GAT_INPUTS))
+    with pytest.raises(ValueError, match="compiled with for_backward=False, which generates no backward"):
+        inference(EI, **GAT_INPUTS)
+
+
 def plain_sum(v):
     return sum(e.src.x for e in v.inedges)
 
@@ -131,8 +155,8 @@ def test_softmax_is_stable_in_float32():
 
 
 def test_softmax_saves_only_row_statistics():
-    with torch.no_grad():
-        spec, _, _ = sl.compile(gat_zip).prepare(EI, **GAT_INPUTS)
+    # the forward that serves calls with and without a backward (a call under no_grad saves nothing)
+    spec = sl.compile(gat_zip).specialise(GAT_INPUTS, as_compiled=True)
     saved = spec.op.saved
     assert len(saved) == 2  # the row max and the row sum, (N, H, 1) each; edge values are recomputed
     assert all(b.role is Role.SAVED and b.rows is Space.DST and b.shape == (2, 1) for b in saved)

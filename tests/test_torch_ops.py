@@ -114,7 +114,8 @@ def op_args(family, options, tensors):
 @pytest.mark.parametrize("family,options,features", opcheck_cases())
 def test_opcheck(family, options, features):
     """Schema, fake implementation, autograd registration and AOT dispatch of the forward op, then
-    of the backward op, for each set of options (float32 and float16)."""
+    of the backward op, for each set of options (float32 and float16). A variant with the switch
+    for_backward off is for calls autograd does not record: it has no backward, and says so."""
     tensors = random_inputs(family, features, seed=1, options=options)
     args = op_args(family, options, {n: t.detach().requires_grad_() if t.is_floating_point() else t
                                      for n, t in tensors.items()})
@@ -122,8 +123,12 @@ def test_opcheck(family, options, features):
     torch.library.opcheck(forward, tuple(args))
     results, saved = forward(*op_args(family, options, tensors))
     grads = [torch.randn_like(r) for r in results]
-    torch.library.opcheck(getattr(OPS, f"{family.name}_backward"),
-                          tuple(op_args(family, options, tensors) + [saved, grads]))
+    backward_args = tuple(op_args(family, options, tensors) + [saved, grads])
+    if FOR_BACKWARD in family.switches and FOR_BACKWARD not in options:
+        with pytest.raises(ValueError, match="computes no backward .* pass for_backward=True"):
+            getattr(OPS, f"{family.name}_backward")(*backward_args)
+        return
+    torch.library.opcheck(getattr(OPS, f"{family.name}_backward"), backward_args)
 
 
 @pytest.mark.parametrize("num_src,num_dst,edges,with_listed", [
@@ -892,19 +897,21 @@ def call_gat(graph=None, **overrides):
 def test_a_recorded_call_runs_the_variant_that_sums_for_its_backward():
     """GAT's autograd kernel turns for_backward on where it records a backward: that forward also saves
     the destinations' sums its backward would sweep the edges for (d a_dst's); a call under no_grad,
-    or with nothing requiring grad, runs the forward that computes only the results. Results are the
-    same bits either way."""
+    or with nothing requiring grad, runs the forward that computes and keeps only the results (it has
+    no backward). Results are the same bits either way."""
     args = gat_args()
     plain, plain_saved = call_gat(**args)
+    assert plain_saved == []
     recorded = {n: t.clone().requires_grad_() for n, t in args.items()}
     results, saved = call_gat(**recorded)
-    assert len(saved) == len(plain_saved) + 2  # sum_e f'_e x_u and sum_e f'_e, f' = leaky'(s_e) exp(s_e - max)
+    # the row max and sum, the weighted sum, and sum_e f'_e x_u and sum_e f'_e, f' = leaky'(s_e) exp(s_e - max)
+    assert len(saved) == 5
     assert torch.equal(results[0], plain[0])
     with torch.no_grad():
-        assert len(call_gat(**recorded)[1]) == len(plain_saved)
+        assert call_gat(**recorded)[1] == []
     assert len(call_gat(**args, for_backward=True)[1]) == len(saved)  # for callers of the backward op
-    # without the destinations' scores the backward sums nothing over them: one kernel serves both
-    assert len(call_gat(**dict(recorded, a_dst=None))[1]) == len(call_gat(**dict(args, a_dst=None))[1])
+    # without the destinations' scores the backward sums nothing over them, and saves what it reads
+    assert len(call_gat(**dict(recorded, a_dst=None))[1]) == 3 and call_gat(**dict(args, a_dst=None))[1] == []
 
 
 @pytest.mark.parametrize("overrides,error,words", [

@@ -116,12 +116,14 @@ class VariantRenderer:
     def tables(self) -> str:
         # const char* const p1234_dims[] = {"heads", "channels"};
         names = ", ".join(json.dumps(d) for d in self.dims) or "nullptr"
-        return "\n".join([f"// {self.family.name} {self.key}", self.buffers("forward", self.g.forward),
-                          self.buffers("backward", self.g.backward),
+        backward = [self.buffers("backward", self.g.backward)] if self.g.backward is not None else []
+        return "\n".join([f"// {self.family.name} {self.key}", self.buffers("forward", self.g.forward), *backward,
                           f"const char* const {self.g.key}dims[] = {{{names}}};"])
 
-    def program(self, name: str, sched: Schedule) -> str:
+    def program(self, name: str, sched: Schedule | None) -> str:
         k = self.g.key
+        if sched is None:  # a forward no backward follows (for_backward=False)
+            return "{nullptr, nullptr, nullptr, 0}"
         # {seastar_p1234_forward, seastar_p1234_last_error, p1234_forward_buffers, 9}
         return f"{{seastar_{k}{name}, seastar_{k}last_error, {k}{name}_buffers, {len(sched.buffers)}}}"
 
@@ -136,8 +138,8 @@ class VariantRenderer:
         # int seastar_p1234_forward(const int64_t*, const int64_t*, const void* const*, void* const*,
         #                           const int64_t*, int, void*);
         signature = "(const int64_t*, const int64_t*, const void* const*, void* const*, const int64_t*, int, void*);"
-        return [f"int seastar_{k}forward{signature}", f"int seastar_{k}backward{signature}",
-                f"const char* seastar_{k}last_error();"]
+        backward = [f"int seastar_{k}backward{signature}"] if self.g.backward is not None else []
+        return [f"int seastar_{k}forward{signature}", *backward, f"const char* seastar_{k}last_error();"]
 
 
 def cpp_parameters(family) -> str:

@@ -183,9 +183,10 @@ def build_variant(op: str, cuda: bool, key: str) -> None:
     def entry(name: str) -> int:
         return ctypes.cast(getattr(lib, f"seastar_{generated.key}{name}"), ctypes.c_void_p).value
 
-    _C.add_variant(op, cuda, key, entry("forward"), entry("backward"), entry("last_error"),
-                   renderer.rows(generated.forward), renderer.rows(generated.backward), len(renderer.results),
-                   len(renderer.saved), renderer.dims)
+    backward = generated.backward  # None for a forward no backward follows (for_backward off)
+    _C.add_variant(op, cuda, key, entry("forward"), entry("backward") if backward else 0, entry("last_error"),
+                   renderer.rows(generated.forward), renderer.rows(backward) if backward else [],
+                   len(renderer.results), len(renderer.saved), renderer.dims)
 
 
 # -- CUDA tensors where the extension has no CUDA kernels: the programs through the JIT ------------
@@ -214,7 +215,7 @@ def _jit_op(family, graph: list[Tensor], tensors: dict[str, Tensor], options):
         warnings.warn(NO_CUDA_KERNELS, RuntimeWarning, stacklevel=2)
     features, dtype = _features(family, tensors)
     program = _variant(family, options, dtype).program
-    spec = program.specialise(features, toolchain.for_device(graph[0].device))
+    spec = program.specialise(features, toolchain.for_device(graph[0].device), as_compiled=True)
     compute = COMPUTE_DTYPE[dtype]
     inputs = []
     for buf in spec.op.inputs:

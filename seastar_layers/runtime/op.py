@@ -21,7 +21,7 @@ from .executor import Entry, bind_dims, buffer_dtype, buffer_shape, run
 @dataclass
 class CompiledOp:
     forward: object  # the custom op
-    backward: object
+    backward: object | None  # None where the program has no backward (compiled for_backward=False)
     inputs: list[Buffer]  # the forward's inputs, in op order
     outputs: list[Buffer]  # the program's results
     saved: list[Buffer]  # what the forward keeps for the backward
@@ -38,7 +38,7 @@ _OPS: dict[str, CompiledOp] = {}  # torch.library allows one registration per na
 _OPS_LOCK = threading.Lock()  # so threads making their first call at once register it once
 
 
-def make_op(key: str, tag: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -> CompiledOp:
+def make_op(key: str, tag: str, lib, fwd: Schedule, bwd: Schedule | None, dtype: torch.dtype) -> CompiledOp:
     """The custom op for a generated program (key: a hash of its source, which spells out its whole
     interface and prefixes its entry points in the library) built by one toolchain (tag: its
     backend); registered once per process."""
@@ -49,14 +49,11 @@ def make_op(key: str, tag: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.
         return _OPS[name]
 
 
-def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: torch.dtype) -> CompiledOp:
-    fwd_entry, bwd_entry = Entry(lib, key, "forward"), Entry(lib, key, "backward")
+def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule | None, dtype: torch.dtype) -> CompiledOp:
+    fwd_entry = Entry(lib, key, "forward")
     input_bufs = [b for b in fwd.buffers if b.is_input]
     outputs = [b for b in fwd.buffers if b.role is Role.OUTPUT]
     saved_bufs = [b for b in fwd.buffers if b.role is Role.SAVED]
-    bwd_inputs = {b.key for b in bwd.buffers if b.is_input}
-    bwd_outputs = {b.key for b in bwd.buffers if not b.is_input}
-    read_by_backward = [b.key in bwd_inputs for b in input_bufs]
 
     @torch.library.custom_op(f"seastar_layers::program_{name}", mutates_args=())
     def forward(graph: list[Tensor], inputs: list[Tensor]) -> list[Tensor]:
@@ -70,6 +67,17 @@ def _register(key: str, name: str, lib, fwd: Schedule, bwd: Schedule, dtype: tor
         sizes, dims = _sizes(graph), bind_dims(input_bufs, inputs)
         return [torch.empty(buffer_shape(b, sizes, dims), dtype=buffer_dtype(b, dtype), device=graph[0].device)
                 for b in outputs + saved_bufs]
+
+    if bwd is None:  # the call that chose it records no backward (CompiledProgram.specialise)
+        def no_backward(ctx, grads):
+            raise RuntimeError(f"seastar_layers::program_{name} was compiled for_backward=False and has no backward")
+
+        forward.register_autograd(no_backward, setup_context=lambda ctx, inputs, output: None)
+        return CompiledOp(forward, None, input_bufs, outputs, saved_bufs, frozenset())
+    bwd_entry = Entry(lib, key, "backward")
+    bwd_inputs = {b.key for b in bwd.buffers if b.is_input}
+    bwd_outputs = {b.key for b in bwd.buffers if not b.is_input}
+    read_by_backward = [b.key in bwd_inputs for b in input_bufs]
 
     @torch.library.custom_op(f"seastar_layers::program_{name}_backward", mutates_args=())
     def backward(graph: list[Tensor], inputs: list[Tensor], saved: list[Tensor], grads: list[Tensor]) -> list[Tensor]:
