@@ -43,14 +43,20 @@ def test_source_has_the_fast_path_and_its_dispatch():
     assert re.search(r"SEASTAR_CLONES static void \w+_forward_kernel0_rows\(", source)
     assert "if (s0 == 8 && s1 == 8) {  // fast path 0" in source
     assert "const int64_t s0 = 8; (void)s0;" in source
-    # the half types keep the generic kernels only (codegen/cstyle.py: PINNED_DTYPES)
+    # on the CPU the half types keep the generic kernels only, on a GPU float64 (Dialect.pinned_dtypes)
     assert "fast path" not in prog.source(**features(3, 2, 3, dtype=torch.float16))
+    assert "fast path" not in prog.source("cuda", **features(3, 2, 3, dtype=torch.float64))
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        assert "fast path 0" in prog.source("cuda", **features(3, 2, 3, dtype=dtype))
 
 
-@pytest.mark.parametrize("emulate", [False, True], ids=["cpu", "cuda-emulation"])
-def test_a_fast_path_gives_the_generic_kernels_bits(monkeypatch, emulate):
+@pytest.mark.parametrize("emulate,dtype", [(False, torch.float64), (True, torch.float32), (True, torch.float16),
+                                           (True, torch.bfloat16)],
+                         ids=["cpu", "cuda-emulation", "cuda-emulation-float16", "cuda-emulation-bfloat16"])
+def test_a_fast_path_gives_the_generic_kernels_bits(monkeypatch, emulate, dtype):
     """A compiled program with and without fast_sizes, at the pinned sizes and at others, on a graph
-    with a hub and rows without in-edges: the same bits, forward and backward."""
+    with a hub and rows without in-edges: the same bits, forward and backward, in each dtype the
+    dialect pins (Dialect.pinned_dtypes)."""
     if emulate:
         monkeypatch.setenv("SEASTAR_EMULATE_CUDA", "1")
     n = 30
@@ -58,7 +64,7 @@ def test_a_fast_path_gives_the_generic_kernels_bits(monkeypatch, emulate):
     fast = sl.compile(scaled_attention, shapes=SHAPES, fast_sizes={"heads": 8, "channels": 8})
     generic = sl.compile(scaled_attention, shapes=SHAPES)
     for heads, channels in ((8, 8), (8, 3), (2, 8)):
-        feats = features(n, heads, channels, seed=heads * channels)
+        feats = features(n, heads, channels, dtype, seed=heads * channels)
         outs = [prog(ei, **feats) for prog in (fast, generic)]
         assert torch.equal(outs[0], outs[1])
         for got, want in zip(grads(outs[0], list(feats.values())), grads(outs[1], list(feats.values())),

@@ -1130,12 +1130,6 @@ def dim_declarations(symbols: list[str], source: str, pinned: dict[str, int] | N
             f"(void){sym};" for sym in symbols]
 
 
-# The dtypes whose kernels get compile's fast paths. Each fast path compiles every kernel again
-# (about 5 s a GAT variant on this project's 2-core machine); the half types' CPU kernels are
-# not what anyone trains on at scale, so they keep the one generic kernel.
-PINNED_DTYPES = ("float32", "float64")
-
-
 def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str, prefix: str = "",
                    pins: tuple = ()) -> str:
     """Source for several scheduled programs (forward and backward) of one dtype: kernels and entries.
@@ -1148,7 +1142,7 @@ def render_program(schedules: dict[str, Schedule], dialect: Dialect, dtype: str,
     the kernels again with those sizes as constants, which the entry runs when the sizes match.
     """
     symbols = symbols_of(b.shape for sched in schedules.values() for b in sched.buffers)
-    fast_paths = [dict(pin) for pin in pins if dtype in PINNED_DTYPES and {s for s, _ in pin} <= set(symbols)]
+    fast_paths = [dict(pin) for pin in pins if dtype in dialect.pinned_dtypes and {s for s, _ in pin} <= set(symbols)]
     namespace = f"seastar_{prefix or 'program'}"
     # a namespace per program, so that many (of any dtype) can share one translation unit
     parts = [dialect.preamble(dtype), f"namespace {namespace} {{", *dialect.types(dtype), "",

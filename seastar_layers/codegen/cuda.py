@@ -61,6 +61,7 @@ class CudaDialect(Dialect):
     name_loads = True
     online_softmax = True  # every slot keeps its head's running max: one sweep, no lane waits for another
     splits_rows = True  # a hub row's edges, among the groups of its block
+    pinned_dtypes = ("float32", "float16", "bfloat16")  # what autocast trains in; float64 is for checking on a GPU
     edge_range = ("begin + slice_begin", "begin + slice_end")
 
     def global_access(self, element: str) -> str:

@@ -129,6 +129,9 @@ class Dialect:
     # (never empty: the row has no edges where it is empty)
     splits_rows = False
     edge_range = ("begin", "end")
+    # the storage dtypes whose kernels get compile's fast paths: each fast path compiles every kernel again,
+    # so only the types a target trains in (on a CPU not the half types; nothing trains at scale in them there)
+    pinned_dtypes = ("float32", "float64")
 
     def global_access(self, element: str) -> str:
         """An element of a buffer or graph array, as kernels read or write it (the CUDA dialect marks it
