@@ -109,6 +109,12 @@ def _plan_saves(c: Compilation) -> Compilation:
     return replace(c, program=Program(c.program.nodes, c.program.outputs + saved))
 
 
+def _schedule(c: Compilation) -> Compilation:
+    kernels = {name: prog for name, prog in c.programs().items() if name != "prelude"}  # forward, backward if any
+    return replace(c, schedules={name: schedule(prog, online_softmax=TARGETS[c.target].online_softmax)
+                                 for name, prog in kernels.items()})
+
+
 def _show_saves(c: Compilation) -> str:
     saved = [f"%{i} {key!r}{list(c.program.nodes[i].shape)}" for key, i in c.program.outputs if key.role is Role.SAVED]
     return "saved for backward: " + (", ".join(saved) or "nothing")
@@ -126,9 +132,7 @@ PIPELINE = (
     Stage("factor_reductions", _factor, _show_backward),
     Stage("precompute", _precompute, lambda c: f"{c.program}\n  -- backward --\n{_show_backward(c)}"),
     Stage("save_planning", _plan_saves, _show_saves),
-    Stage("schedule", lambda c: replace(c, schedules={
-        name: schedule(prog, online_softmax=TARGETS[c.target].online_softmax) for name, prog in c.programs().items() if name != "prelude"}),
-          lambda c: "\n".join(f"{name}:\n{sched}" for name, sched in c.schedules.items())),
+    Stage("schedule", _schedule, lambda c: "\n".join(f"{name}:\n{sched}" for name, sched in c.schedules.items())),
     Stage("render", lambda c: replace(c, source=render_program(c.schedules, TARGETS[c.target], c.dtype,
                                                                PREFIX_PLACEHOLDER, c.pins)),
           lambda c: c.source),
