@@ -6,8 +6,9 @@ each measurement in a process of its own, with the issue's targets.
     python benchmarks/bench_cpu.py --graphs reddit-eighth --layers GAT GCN --workloads layer
 
 Workloads, each for PyG's layers, DGL's, and our drop-ins for both:
-  layer     one layer, forward and backward over the whole graph: GAT 8 heads x 8 channels and
-            GCN to 64 channels on the graph's features (Reddit's: 602), APPNP K=10 on 64 features
+  layer     one layer, forward and backward over the whole graph: GAT 8 heads x 8 channels,
+            GCN, SAGE (mean) and GIN (sum, then a linear layer) to 64 channels on the graph's
+            features (Reddit's: 602), APPNP K=10 on 64 features
   train     a full-batch training step (forward, loss, backward, Adam) of a 2-layer GAT
   sampled   a training step of a 2-layer GAT or GCN on a mini-batch of DGL's neighbour sampler
             (fanouts 10, 25; 1024 seeds; PyG's layers get the blocks as bipartite edge_index)
@@ -55,7 +56,7 @@ from common import DEFAULT_ROOT, RESULTS, machine  # noqa: E402
 import cpu_report  # noqa: E402
 
 LIBRARIES = ("pyg", "dgl", "seastar-pyg", "seastar-dgl")
-LAYERS = ("GAT", "GCN", "APPNP")
+LAYERS = ("GAT", "GCN", "APPNP", "SAGE", "GIN")
 WORKLOADS = ("overhead", "layer", "train", "sampled")
 SAMPLED_LAYERS = ("GAT", "GCN")  # APPNP propagates K steps over one graph; a sampled block is one hop
 MEMORY_MARGIN_MB = 1024  # left to the rest of the machine when a child's memory budget is set

@@ -139,7 +139,12 @@ def make_layer(layer: str, library: str, in_width: int, out_width: int = HIDDEN,
         return module.GraphConv(in_width, out_width, allow_zero_in_degree=zero_in_degree_ok)
     if layer == "APPNP":
         return module.APPNP(K=10, alpha=0.1) if pyg else module.APPNPConv(10, 0.1)
-    raise ValueError(f"unknown layer {layer!r}; expected GAT, GCN or APPNP")
+    if layer == "SAGE":
+        return module.SAGEConv(in_width, out_width) if pyg else module.SAGEConv(in_width, out_width, "mean")
+    if layer == "GIN":
+        return module.GINConv(torch.nn.Linear(in_width, out_width)) if pyg else \
+            module.GINConv(torch.nn.Linear(in_width, out_width), "sum")
+    raise ValueError(f"unknown layer {layer!r}; expected GAT, GCN, APPNP, SAGE or GIN")
 
 
 class TwoLayers(torch.nn.Module):

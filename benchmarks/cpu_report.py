@@ -13,6 +13,7 @@ ISSUE_GRAPHS = ("reddit-eighth", "reddit")  # the issue's ratio targets are abou
 SMALL_GRAPHS = ("cora", "pubmed")
 FULL_GRAPH = "reddit"
 OVERHEAD_LIMIT_S = 50e-6
+LAYERS = ("GAT", "GCN", "APPNP", "SAGE", "GIN")  # as bench_cpu.py's
 CHECK_ATOL, CHECK_RTOL = 1e-4, 1e-3
 
 
@@ -143,10 +144,13 @@ def targets(results: dict) -> list[dict]:
                   1.3, applies=large)
         ratio_row("APPNP at least 10x faster than DGL's APPNPConv", g, "APPNP",
                   peer_over_ours("layer", g, "APPNP", "dgl"), 10, applies=large)
+        for layer in ("SAGE", "GIN"):
+            ratio_row(f"{layer} at least 1.3x faster than the faster library (its time / ours)", g, layer,
+                      peer_over_ours("layer", g, layer, "fastest"), 1.3, applies=large)
         for layer in ("GAT", "GCN", "APPNP"):
             ratio_row("peak memory at most half of DGL's (DGL's / ours)", g, layer,
                       peer_over_ours("layer", g, layer, "dgl", "peak_mb"), 2, applies=large)
-        for layer in ("GAT", "GCN", "APPNP") if g in SMALL_GRAPHS else ():
+        for layer in LAYERS if g in SMALL_GRAPHS else ():
             ratio_row("small graphs: not slower than the faster peer (its time / ours)", g, layer,
                       peer_over_ours("layer", g, layer, "fastest"), 1)
         for layer in ("GAT", "GCN"):
@@ -161,7 +165,7 @@ def targets(results: dict) -> list[dict]:
                 entry[ours] = f"{shown} " + (("pass" if r is not None and r["status"] == "ok" else "FAIL")
                                              if g == FULL_GRAPH else "(not the full graph)")
             rows.append(entry)
-    for layer in ("GAT", "GCN", "APPNP"):
+    for layer in LAYERS:
         measured = {ours: _get(results, "overhead", "", layer, ours) for ours in OURS}
         if not any(measured.values()):
             continue
@@ -209,7 +213,7 @@ def report(results: dict, graphs: dict, args) -> str:
     out += ["graphs:"] + [_graph_line(g, graphs[g]) for g in shown]
     measured = {(m.workload, m.graph, m.layer) for m in results}
     for g in shown:
-        rows = [({"layer": layer}, "layer", g, layer) for layer in ("GAT", "GCN", "APPNP")
+        rows = [({"layer": layer}, "layer", g, layer) for layer in LAYERS
                 if ("layer", g, layer) in measured]
         if rows:
             out += [f"\none layer, forward+backward, {graphs[g]['label']}:", _pivot(results, rows)]
@@ -226,7 +230,7 @@ def report(results: dict, graphs: dict, args) -> str:
         def per_layer(libraries, cell):
             """A row per layer of cell(result) for each of `libraries` measured (where cell gives one)."""
             lines = []
-            for layer in ("GAT", "GCN", "APPNP"):
+            for layer in LAYERS:
                 cells = {}
                 for lib in libraries:
                     r = _get(results, "overhead", "", layer, lib)
@@ -269,7 +273,8 @@ def report(results: dict, graphs: dict, args) -> str:
 
 # --- plot ---------------------------------------------------------------------------------------------
 
-PLOT_GROUPS = (("layer", "GAT", "GAT"), ("layer", "GCN", "GCN"), ("layer", "APPNP", "APPNP"),
+PLOT_GROUPS = (("layer", "GAT", "GAT"), ("layer", "GCN", "GCN"), ("layer", "APPNP", "APPNP"), ("layer", "SAGE", "SAGE"),
+               ("layer", "GIN", "GIN"),
                ("train", "GAT", "train\n2-layer GAT"), ("sampled", "GAT", "sampled\nGAT"),
                ("sampled", "GCN", "sampled\nGCN"))
 COLOURS = {"pyg": "#4c72b0", "dgl": "#dd8452", "seastar-pyg": "#55a868", "seastar-dgl": "#8172b3"}
@@ -298,8 +303,7 @@ def plot(results: dict, graphs: dict, args, path) -> None:
                   [name for _, _, name in groups], key, label)
         axes[0][col].set_title(graphs[g]["label"], fontsize=10)
     if overhead:
-        layers = [layer for layer in ("GAT", "GCN", "APPNP") if any(m.workload == "overhead" and m.layer == layer
-                                                                    for m in results)]
+        layers = [layer for layer in LAYERS if any(m.workload == "overhead" and m.layer == layer for m in results)]
         _bars(axes[0][-1], results, [("overhead", "", layer) for layer in layers], layers, "forward_s",
               "seconds per forward call")
         axes[0][-1].set_title("10-vertex graph (per call)", fontsize=10)

@@ -1,8 +1,8 @@
 """seastar_layers: fused, memory-lean GNN layers for PyG and DGL, and the vertex-centric compiler
 they are built with.
 
-    from seastar_layers import GATConv, GCNConv, APPNP     # drop-ins for torch_geometric.nn
-    from seastar_layers.dgl import GATConv, GraphConv, APPNPConv   # drop-ins for dgl.nn
+    from seastar_layers import GATConv, GCNConv, APPNP, SAGEConv, GINConv     # drop-ins for torch_geometric.nn
+    from seastar_layers.dgl import GATConv, GraphConv, APPNPConv, SAGEConv, GINConv   # drop-ins for dgl.nn
     import seastar_layers as sl; sl.compile(vertex_function)     # custom layers
 """
 from .base import __version__  # noqa: F401
@@ -11,7 +11,7 @@ from .errors import CompileError, UnstabilisedSoftmaxWarning  # noqa: E402
 from .graph import Graph  # noqa: E402
 from .nn import programs as _programs  # noqa: E402,F401 - loads the extension: torch.ops.seastar_layers.*
 
-_PYG_LAYERS = ("GATConv", "GCNConv", "APPNP")
+_PYG_LAYERS = ("GATConv", "GCNConv", "APPNP", "SAGEConv", "GINConv")
 
 
 def __getattr__(name):

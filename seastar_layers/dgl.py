@@ -1,6 +1,6 @@
-"""Drop-in replacements for dgl.nn.GATConv, GraphConv and APPNPConv.
+"""Drop-in replacements for dgl.nn.GATConv, GraphConv, APPNPConv, SAGEConv and GINConv.
 
-    from seastar_layers.dgl import GATConv, GraphConv, APPNPConv
+    from seastar_layers.dgl import GATConv, GraphConv, APPNPConv, SAGEConv, GINConv
 
 Each subclasses DGL's own module (constructor, parameters, reset_parameters(), state_dict are
 DGL's) and replaces forward(): dense transforms and per-vertex normalisation stay in torch, every
@@ -9,9 +9,11 @@ edge-wise step runs as one fused vertex program. DGLGraphs and blocks from DGL's
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy
 import torch
+import torch.nn.functional as F
 
 from .base import COMPUTE_DTYPE
 from .compat import import_dgl
@@ -23,7 +25,9 @@ from .runtime import library
 dgl = import_dgl()
 from dgl.nn.pytorch import APPNPConv as _DGLAPPNPConv  # noqa: E402
 from dgl.nn.pytorch import GATConv as _DGLGATConv  # noqa: E402
+from dgl.nn.pytorch import GINConv as _DGLGINConv  # noqa: E402
 from dgl.nn.pytorch import GraphConv as _DGLGraphConv  # noqa: E402
+from dgl.nn.pytorch import SAGEConv as _DGLSAGEConv  # noqa: E402
 
 ZERO_IN_DEGREE = ("There are 0-in-degree nodes in the graph, output for those nodes will be invalid. This is harmful "
                   "for some applications, causing silent performance regression. Adding self-loop on the input graph "
@@ -216,14 +220,45 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(x.size(0), math.prod(x.shape[1:])).contiguous()
 
 
-def _weighted_sum(g, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch.Tensor:
-    """out_v = sum_e w[e] * x[u]; weights of any other shape broadcast per edge, as DGL's u_mul_e."""
+# DGL's reducers (fn.sum, fn.mean, fn.max) as the programs that fuse them with the message
+_REDUCERS = {"sum": programs.weighted_sum, "mean": programs.neighbour_mean, "max": programs.neighbour_max}
+
+
+def _aggregate(g, reducer: str, x: torch.Tensor, edge_weight: torch.Tensor | None) -> torch.Tensor:
+    """DGL's update_all(copy_u, reducer), or with edge weights u_mul_e: the sum, mean or max over each
+    destination's in-edges of w[e] * x[u] (0 without in-edges), one sweep; weights of any other shape
+    broadcast per edge, as DGL's u_mul_e."""
+    program = _REDUCERS[reducer]
     if edge_weight is not None and edge_weight.numel() != g.num_edges:
         # weights of other shapes than the prebuilt kernels': the same program, compiled for them
-        return programs.weighted_sum(True, declared=False)(g, x=x, w=edge_weight.to(x.dtype))
+        return program(True, declared=False)(g, x=x, w=edge_weight.to(x.dtype))
     w = None if edge_weight is None else edge_weight.reshape(g.num_edges).to(x.dtype).contiguous()
-    return torch.ops.seastar_layers.weighted_sum.default(g.op_tensors(), _rows(x), w)[0][0].view(g.num_dst,
-                                                                                          *x.shape[1:])
+    op = getattr(torch.ops.seastar_layers, program.__name__).default
+    return op(g.op_tensors(), _rows(x), w)[0][0].view(g.num_dst, *x.shape[1:])
+
+
+def _check_edge_weight(g: Graph, edge_weight: torch.Tensor | None) -> None:
+    if edge_weight is not None and edge_weight.shape[0] != g.num_edges:
+        raise ValueError(f"'edge_weight' must have one value per edge ({g.num_edges}), "
+                         f"got shape {tuple(edge_weight.shape)}")
+
+
+def _as_pair(feat, converted: _Converted):
+    """(source, destination) features as dgl.utils.expand_as_pair makes them: a block's destinations
+    are its sources' first rows."""
+    if isinstance(feat, tuple):
+        return feat
+    return feat, feat[:converted.graph.num_dst] if converted.is_block else feat
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(layer: str, option: str) -> None:
+    if (layer, option) not in _warned:
+        _warned.add((layer, option))
+        warnings.warn(f"seastar_layers.dgl.{layer}: {option} is not fused; running DGL's own {layer} for it",
+                      RuntimeWarning, stacklevel=3)
 
 
 class GraphConv(_DGLGraphConv):
@@ -236,13 +271,8 @@ class GraphConv(_DGLGraphConv):
         converted = _converted(graph)
         _check_in_degrees(self, converted)
         g = converted.graph
-        if isinstance(feat, tuple):  # as dgl.utils.expand_as_pair
-            feat_src, feat_dst = feat
-        else:
-            feat_src, feat_dst = feat, feat[:g.num_dst] if converted.is_block else feat
-        if edge_weight is not None and edge_weight.shape[0] != g.num_edges:
-            raise ValueError(f"'edge_weight' must have one value per edge ({g.num_edges}), "
-                             f"got shape {tuple(edge_weight.shape)}")
+        feat_src, feat_dst = _as_pair(feat, converted)
+        _check_edge_weight(g, edge_weight)
         own_weight = member(self, "weight")  # read directly, as member() says why
         if weight is not None:
             if own_weight is not None:
@@ -271,7 +301,7 @@ class GraphConv(_DGLGraphConv):
         src_norm, dst_norm = _degree_norms(g, self._norm, feat_src, feat_dst)
         if src_norm is not None:
             feat_src = feat_src * src_norm
-        rst = _weighted_sum(g, feat_src, edge_weight)
+        rst = _aggregate(g, "sum", feat_src, edge_weight)
         if weight is not None and not project_first:
             rst = torch.matmul(rst, weight)
         if dst_norm is not None:
@@ -323,3 +353,84 @@ class APPNPConv(_DGLAPPNPConv):
             else:
                 h = torch.ops.seastar_layers.appnp_step(graph_tensors, h, feat_0, alpha, 1 - alpha, w)[0][0]
         return h.view(feat.shape)
+
+
+def _in_degrees(g: Graph, like: torch.Tensor) -> torch.Tensor:
+    """The destinations' in-degrees as a column in `like`'s dtype (DGL's in_degrees().to(x).unsqueeze(-1)):
+    made once per graph (inside a traced model, on every call)."""
+    def make():
+        return (g.in_indptr[1:] - g.in_indptr[:-1]).to(like.dtype).unsqueeze(-1)
+
+    return make() if torch.compiler.is_compiling() else g.derived(("in_degrees", like.dtype), make)
+
+
+class SAGEConv(_DGLSAGEConv):
+    __doc__ = ("Fused drop-in for :class:`dgl.nn.SAGEConv`: the mean, gcn and pool aggregators' neighbour sweep is one "
+               "fused sum, mean or max (aggregator_type='lstm' runs DGL's own layer).\n\n"
+               + (_DGLSAGEConv.__doc__ or ""))
+
+    def forward(self, graph, feat, edge_weight=None):
+        if self._aggre_type == "lstm":
+            _warn_once("SAGEConv", "aggregator_type='lstm'")
+            return super().forward(graph, feat, edge_weight)
+        programs.check_features("dgl.SAGEConv", feat)
+        library.require()
+        converted = _converted(graph)
+        g = converted.graph
+        _check_edge_weight(g, edge_weight)
+        modules = self._modules  # read directly: Module.__getattr__ costs a microsecond a name, on every call
+        feat_drop = modules["feat_drop"]
+        drop = (lambda x: x) if passes_through(feat_drop) else feat_drop
+        if isinstance(feat, tuple):
+            feat_src, feat_dst = drop(feat[0]), drop(feat[1])
+        else:
+            feat_src = feat_dst = drop(feat)
+            if converted.is_block:
+                feat_dst = feat_src[:g.num_dst]
+        fc_neigh = modules["fc_neigh"]
+        # DGL's order: project first where that narrows the rows the sweep reads
+        project_first = self._in_src_feats > self._out_feats
+        if self._aggre_type == "mean":
+            h_neigh = _aggregate(g, "mean", fc_neigh(feat_src) if project_first else feat_src, edge_weight)
+            h_neigh = h_neigh if project_first else fc_neigh(h_neigh)
+        elif self._aggre_type == "gcn":
+            dgl.utils.check_eq_shape(feat)
+            h_src = fc_neigh(feat_src) if project_first else feat_src
+            if isinstance(feat, tuple):
+                h_dst = fc_neigh(feat_dst) if project_first else feat_dst
+                if not graph.is_unibipartite:  # DGL's dstdata is its srcdata: the destinations' rows replace both
+                    h_src = h_dst
+            else:
+                h_dst = h_src[:g.num_dst] if converted.is_block else h_src
+            h_neigh = (_aggregate(g, "sum", h_src, edge_weight) + h_dst) / (_in_degrees(g, feat_dst) + 1)
+            h_neigh = h_neigh if project_first else fc_neigh(h_neigh)
+        else:  # pool
+            h_neigh = fc_neigh(_aggregate(g, "max", F.relu(modules["fc_pool"](feat_src)), edge_weight))
+        if self._aggre_type == "gcn":
+            bias = member(self, "bias")
+            rst = h_neigh if bias is None else h_neigh + bias
+        else:
+            rst = modules["fc_self"](feat_dst) + h_neigh
+        if self.activation is not None:
+            rst = self.activation(rst)
+        if self.norm is not None:
+            rst = self.norm(rst)
+        return rst
+
+
+class GINConv(_DGLGINConv):
+    __doc__ = ("Fused drop-in for :class:`dgl.nn.GINConv`: the neighbour sum, mean or max is one sweep.\n\n"
+               + (_DGLGINConv.__doc__ or ""))
+
+    def forward(self, graph, feat, edge_weight=None):
+        programs.check_features("dgl.GINConv", feat)
+        library.require()
+        converted = _converted(graph)
+        _check_edge_weight(converted.graph, edge_weight)
+        feat_src, feat_dst = _as_pair(feat, converted)
+        rst = (1 + self.eps) * feat_dst + _aggregate(converted.graph, self._aggregator_type, feat_src, edge_weight)
+        if self.apply_func is not None:
+            rst = self.apply_func(rst)
+        if self.activation is not None:
+            rst = self.activation(rst)
+        return rst

@@ -94,6 +94,10 @@ PYG_CASES = {
     "gcn-target-to-source": lambda: (sl.GCNConv(F_IN, 6, flow="target_to_source"), ()),
     "appnp": lambda: (sl.APPNP(K=2, alpha=0.2), ()),
     "appnp-weights": lambda: (sl.APPNP(K=2, alpha=0.2), ("edge_weight",)),
+    "sage": lambda: (sl.SAGEConv(F_IN, 6), ()),
+    "sage-wide-max": lambda: (sl.SAGEConv(F_IN, 20, aggr="max", normalize=True), ()),
+    "sage-sum-project": lambda: (sl.SAGEConv(F_IN, 6, aggr="sum", project=True), ()),
+    "gin": lambda: (sl.GINConv(torch.nn.Linear(F_IN, 6), train_eps=True), ()),
 }
 
 
@@ -226,9 +230,12 @@ def test_dgl_sampled_block():
             super().__init__()
             self.gat, self.conv = sd.GATConv(BLOCK_F_IN, 3, 2), sd.GraphConv(BLOCK_F_IN, 3)
 
+            self.sage, self.gin = sd.SAGEConv(BLOCK_F_IN, 6, "pool"), sd.GINConv(torch.nn.Linear(BLOCK_F_IN, 6), "mean")
+
         def forward(self, block, x):
             pair = (x, x[:num_dst])  # as DGL's examples pass a block's features
-            return self.gat(block, x).flatten(1) + self.conv(block, x).repeat(1, 2) + self.gat(block, pair).flatten(1)
+            return self.gat(block, x).flatten(1) + self.conv(block, x).repeat(1, 2) + self.gat(block, pair).flatten(1) \
+                + self.sage(block, x) + self.gin(block, pair)
 
     check_compiled(OnBlock().eval(), block, x)
 

@@ -1,4 +1,4 @@
-"""Parity of seastar_layers.{GATConv, GCNConv, APPNP} with PyG's layers: outputs, gradients, state_dicts."""
+"""Parity of seastar_layers.{GATConv, GCNConv, APPNP, SAGEConv, GINConv} with PyG's layers: outputs, gradients, state_dicts."""
 import copy
 import warnings
 
@@ -185,7 +185,10 @@ def test_appnp_dropout_runs_in_training():
 
 @pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
                                          ("GCNConv", dict(in_channels=F_IN, out_channels=3)),
-                                         ("APPNP", dict(K=2, alpha=0.1))])
+                                         ("APPNP", dict(K=2, alpha=0.1)),
+                                         ("SAGEConv", dict(in_channels=F_IN, out_channels=3)),
+                                         ("SAGEConv", dict(in_channels=F_IN, out_channels=3, aggr="max")),
+                                         ("GINConv", dict(nn=torch.nn.Identity(), train_eps=True))])
 def test_graph_formats_agree(name, kwargs):
     from torch_geometric import EdgeIndex
 
@@ -206,7 +209,10 @@ def test_graph_formats_agree(name, kwargs):
 
 @pytest.mark.parametrize("name,kwargs", [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=2)),
                                          ("GCNConv", dict(in_channels=F_IN, out_channels=3)),
-                                         ("APPNP", dict(K=2, alpha=0.1))])
+                                         ("APPNP", dict(K=2, alpha=0.1)),
+                                         ("SAGEConv", dict(in_channels=F_IN, out_channels=3)),
+                                         ("SAGEConv", dict(in_channels=F_IN, out_channels=3, aggr="max")),
+                                         ("GINConv", dict(nn=torch.nn.Identity(), train_eps=True))])
 def test_graph_without_edges_and_isolated_vertices(name, kwargs):
     ref, ours = pair(name, **kwargs)
     x, _ = data()
@@ -218,7 +224,9 @@ def test_graph_without_edges_and_isolated_vertices(name, kwargs):
 
 def test_state_dict_round_trip_and_repr():
     for name, kwargs in [("GATConv", dict(in_channels=F_IN, out_channels=3, heads=4, edge_dim=2, residual=True)),
-                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)), ("APPNP", dict(K=4, alpha=0.2))]:
+                         ("GCNConv", dict(in_channels=F_IN, out_channels=3)), ("APPNP", dict(K=4, alpha=0.2)),
+                         ("SAGEConv", dict(in_channels=F_IN, out_channels=3, project=True)),
+                         ("GINConv", dict(nn=torch.nn.Linear(F_IN, 3), train_eps=True))]:
         ref, ours = pair(name, **kwargs)
         back = getattr(pyg_nn, name)(**kwargs)
         back.load_state_dict(ours.state_dict(), strict=True)
@@ -296,8 +304,9 @@ def test_gat_sparse_adjacency_takes_edge_attr_from_the_argument():
 
 def test_unsupported_precision_is_named_in_layer_terms():
     x, ei = data()
-    for layer in (sl.GATConv(F_IN, 2), sl.GCNConv(F_IN, 2), sl.APPNP(K=1, alpha=0.1)):
-        with pytest.raises(TypeError, match=r"seastar_layers (GATConv|GCNConv|APPNP) supports float32, float64, "
+    for layer in (sl.GATConv(F_IN, 2), sl.GCNConv(F_IN, 2), sl.APPNP(K=1, alpha=0.1), sl.SAGEConv(F_IN, 2),
+                  sl.GINConv(torch.nn.Identity())):
+        with pytest.raises(TypeError, match=r"seastar_layers (GATConv|GCNConv|APPNP|SAGEConv|GINConv) supports float32, float64, "
                                             r"float16 and bfloat16 node features, got torch.complex64"):
             layer(x.to(torch.complex64), ei)
 
@@ -327,7 +336,8 @@ def test_half_precision_layers_follow_float32(dtype):
     """Half features (as torch.autocast gives them) run in the kernels' float32 arithmetic."""
     x, ei = data()
     tol = {torch.float16: 2e-2, torch.bfloat16: 8e-2}[dtype]
-    for layer in (sl.GATConv(F_IN, 3, heads=2), sl.GCNConv(F_IN, 3), sl.APPNP(K=2, alpha=0.1)):
+    for layer in (sl.GATConv(F_IN, 3, heads=2), sl.GCNConv(F_IN, 3), sl.APPNP(K=2, alpha=0.1), sl.SAGEConv(F_IN, 3),
+                  sl.SAGEConv(F_IN, 3, aggr="max"), sl.GINConv(torch.nn.Linear(F_IN, 3))):
         half = copy.deepcopy(layer).to(dtype)
         out = half(x.to(dtype).requires_grad_(), ei)
         assert out.dtype == dtype
@@ -366,3 +376,85 @@ def test_gcn_normalisation_scales_vertices(monkeypatch, options, layer):
     assert graph_cache.builds == builds + 1 and calls == {"gcn_weights": 0}
     check(ref, ours, x, ei.clone())  # another graph object: its own loops and degrees
     assert graph_cache.builds == builds + 2 and calls == {"gcn_weights": 0}
+
+
+SAGE_OPTIONS = [dict(), dict(out_channels=20), dict(aggr="max"), dict(aggr="sum"), dict(aggr="add", out_channels=20),
+                dict(normalize=True), dict(root_weight=False), dict(project=True), dict(bias=False)]
+
+
+@pytest.mark.parametrize("options", SAGE_OPTIONS, ids=str)
+def test_sage_options(options):
+    """Mean, max and sum, projected before the sweep (out_channels < F_IN) or after it, and bipartite
+    inputs: with sizes, with destination features or without (no root term), as sampled blocks pass them."""
+    ref, ours = pair("SAGEConv", **{"in_channels": F_IN, "out_channels": 6, **options})
+    x, ei = data()
+    check(ref, ours, x, ei)
+    check(ref, ours, x, random_graph(N, N, 20, seed=9))  # isolated vertices: 0 for every aggregation
+    src, dst = random_graph(N, 11, 80, seed=4)
+    check(ref, ours, (x, x[:11]), torch.stack([src, dst]), (N, 11))
+    check(ref, ours, (x, x[:11]), torch.stack([src, dst]))  # as many receivers as the second features' rows
+    check(ref, ours, (x, None), torch.stack([src, dst]), (N, 11))
+
+
+@pytest.mark.parametrize("name,kwargs", [("SAGEConv", dict(in_channels=F_IN, out_channels=6, aggr="max")),
+                                         ("GINConv", dict(nn=torch.nn.Identity()))])
+def test_sage_and_gin_reversed_flow(name, kwargs):
+    """flow="target_to_source" fused on one set of vertices; on a pair of features (PyG then reads
+    the senders from the second) PyG's own layer runs, with a warning that says so."""
+    ref, ours = pair(name, flow="target_to_source", **kwargs)
+    x, ei = data()
+    check(ref, ours, x, ei)
+    with pytest.warns(RuntimeWarning, match="a pair of features with flow='target_to_source' is not fused"):
+        torch.testing.assert_close(ours((x, x), ei), ref((x, x), ei))
+
+
+def gin_pair(**kwargs):
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(F_IN, 8), torch.nn.ReLU(), torch.nn.Linear(8, 5))
+    ref, ours = pyg_nn.GINConv(copy.deepcopy(mlp), **kwargs), sl.GINConv(copy.deepcopy(mlp), **kwargs)
+    ours.load_state_dict(ref.state_dict(), strict=True)
+    return ref.eval(), ours.eval()
+
+
+@pytest.mark.parametrize("options", [dict(), dict(eps=0.3), dict(eps=-0.2, train_eps=True), dict(aggr="mean"),
+                                     dict(aggr="max", train_eps=True)], ids=str)
+def test_gin_options(options):
+    ref, ours = gin_pair(**options)
+    x, ei = data()
+    check(ref, ours, x, ei)
+    if options.get("train_eps"):
+        assert ours.eps.grad is not None
+    src, dst = random_graph(N, 11, 80, seed=4)
+    check(ref, ours, (x, x[:11]), torch.stack([src, dst]), (N, 11))
+    check(ref, ours, (x, x[:11]), torch.stack([src, dst]))
+    check(ref, ours, (x, None), torch.stack([src, dst]), (N, 11))
+
+
+def test_sage_max_shares_the_gradient_among_tied_edges():
+    """Where several in-edges attain the maximum, the gradient is shared among them, as torch's
+    scatter_reduce (PyG's max aggregation) shares it. Away from 0: where the maximum is exactly 0,
+    torch also counts the zeros its result starts from as a tie (include_self=False notwithstanding),
+    so its shares there sum to less than the gradient; ours sum to it (docs/design.md)."""
+    ref, ours = pair("SAGEConv", in_channels=F_IN, out_channels=4, aggr="max")
+    x, ei = data()
+    check(ref, ours, x.round() + 0.5, ei)  # halves: ties in most rows, none at 0
+
+
+def test_sage_and_gin_in_explain_mode_scale_messages_by_the_mask():
+    x, ei = data()
+    mask = torch.randn(ei.shape[1])
+    for ref, ours in (pair("SAGEConv", in_channels=F_IN, out_channels=4),
+                      pair("SAGEConv", in_channels=F_IN, out_channels=4, aggr="max"), gin_pair()):
+        for layer in (ref, ours):
+            layer.explain = True
+            layer._edge_mask = mask
+        check(ref, ours, x, ei)
+
+
+@pytest.mark.parametrize("aggr", ["std", "lstm"])
+def test_sage_aggregations_the_programs_do_not_cover_run_pygs_own(aggr):
+    ref, ours = pair("SAGEConv", in_channels=F_IN, out_channels=4, aggr=aggr)
+    x, ei = data()
+    ei = ei[:, torch.argsort(ei[1], stable=True)]  # lstm needs the receivers sorted
+    with pytest.warns(RuntimeWarning, match=f"aggr='{aggr}' is not fused; running PyG's own SAGEConv"):
+        torch.testing.assert_close(ours(x, ei), ref(x, ei))

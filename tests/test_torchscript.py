@@ -42,6 +42,11 @@ CASES = {
     "gat-edge-attr-mean": lambda x, ea, w: (sl.GATConv(F_IN, 4, heads=2, edge_dim=3), (x, EI, ea)),
     "gat-edge-attr-float": lambda x, ea, w: (sl.GATConv(F_IN, 4, edge_dim=3, fill_value=0.5), (x, EI, ea)),
     "gat-target-to-source": lambda x, ea, w: (sl.GATConv(F_IN, 4, flow="target_to_source"), (x, EI)),
+    "sage": lambda x, ea, w: (sl.SAGEConv(F_IN, 6), (x, EI)),
+    "sage-max-normalize": lambda x, ea, w: (sl.SAGEConv(F_IN, 6, aggr="max", normalize=True, project=True), (x, EI)),
+    "sage-sum-target-to-source": lambda x, ea, w: (sl.SAGEConv(F_IN, 6, aggr="sum", flow="target_to_source"), (x, EI)),
+    "gin": lambda x, ea, w: (sl.GINConv(torch.nn.Linear(F_IN, 6), train_eps=True), (x, EI)),
+    "gin-mean-static-graph": lambda x, ea, w: (sl.GINConv(torch.nn.Identity(), aggr="mean"), (torch.stack([x, -x]), EI)),
 }
 
 
@@ -65,6 +70,17 @@ def test_scripted_bipartite_gat():
     torch.testing.assert_close(scripted(layer)((x_src, x_dst), ei, size=(N, 7)), layer((x_src, x_dst), ei, size=(N, 7)))
 
 
+def test_scripted_bipartite_sage_and_gin():
+    """A pair of features with sizes, with destination features and without (no root term)."""
+    gen = torch.Generator().manual_seed(3)
+    x_src, x_dst = torch.randn(N, F_IN, generator=gen), torch.randn(7, F_IN, generator=gen)
+    ei = random_graph(N, 7, 40, seed=5)
+    for layer in (sl.SAGEConv(F_IN, 3).eval(), sl.SAGEConv(F_IN, 3, aggr="max").eval(),
+                  sl.GINConv(torch.nn.Linear(F_IN, 3)).eval()):
+        for pair in ((x_src, x_dst), (x_src, None)):
+            torch.testing.assert_close(scripted(layer)(pair, ei, size=(N, 7)), layer(pair, ei, size=(N, 7)))
+
+
 def test_scripted_training_mode_runs_dropout():
     layer = sl.GATConv(F_IN, 4, heads=2, dropout=0.5).train()
     out = scripted(layer)(data()[0], EI)
@@ -75,6 +91,7 @@ def test_scripted_training_mode_runs_dropout():
 @pytest.mark.parametrize("make,option", [
     (lambda: sl.GCNConv(F_IN, 4, aggr="max"), "aggr='max'"),
     (lambda: sl.APPNP(K=2, alpha=0.1, aggr="mean"), "aggr='mean'"),
+    (lambda: sl.SAGEConv(F_IN, 4, aggr="std"), "aggr='std'"),
 ])
 def test_options_that_cannot_be_scripted_are_named(make, option):
     with pytest.raises(RuntimeError, match=rf"seastar_layers\.\w+: {option} cannot be scripted"):

@@ -15,12 +15,17 @@ def linear_weight(lin, kind: type) -> Optional[Tensor]:
     graph's product): an instance of exactly `kind` (the library's own Linear; a subclass may
     project otherwise) without bias, with no hooks of its own and no global module hooks (PyG's lazy
     initialisation is a forward pre-hook). Else None: the layer calls lin."""
-    if type(lin) is not kind:
+    parameters = linear_parameters(lin, kind)
+    return parameters[0] if parameters is not None and parameters[1] is None else None
+
+
+def linear_parameters(lin, kind: type) -> Optional[tuple[Tensor, Optional[Tensor]]]:
+    """(weight, bias) where calling lin would compute F.linear(x, weight, bias) and nothing more (as
+    linear_weight, a bias allowed), else None."""
+    if type(lin) is not kind or _hooked(lin):
         return None
     parameters = lin._parameters
-    if parameters["bias"] is not None or _hooked(lin):
-        return None
-    return parameters["weight"]
+    return parameters["weight"], parameters["bias"]
 
 
 def _hooked(module) -> bool:

@@ -98,6 +98,32 @@ def weighted_sum(with_weight: bool, declared: bool = True) -> CompiledProgram:
     return compile(weighted_sum, shapes=_declared(["x"] + ["w"] * with_weight, SUM_SHAPES))
 
 
+def neighbour_mean(with_weight: bool, declared: bool = True) -> CompiledProgram:
+    """out_v = sum_e w[e] * x[u] / in-degree(v), 0 for a vertex without in-edges: the mean aggregation
+    (PyG's aggr="mean", DGL's fn.mean; w = 1 without weights). declared as weighted_sum's."""
+
+    def neighbour_mean(v):
+        total = sum((e.w if with_weight else 1) * e.src.x for e in v.inedges)
+        return torch.where(len(v.innbs) > 0, total / len(v.innbs), 0)
+
+    if not declared:
+        return compile(neighbour_mean, generic_shapes=True)
+    return compile(neighbour_mean, shapes=_declared(["x"] + ["w"] * with_weight, SUM_SHAPES))
+
+
+def neighbour_max(with_weight: bool, declared: bool = True) -> CompiledProgram:
+    """out_v = max_e w[e] * x[u] per element, 0 for a vertex without in-edges: the max aggregation
+    (PyG's aggr="max", DGL's fn.max); the gradient is shared among the edges that attain it, as torch's.
+    declared as weighted_sum's."""
+
+    def neighbour_max(v):
+        return max((e.w if with_weight else 1) * e.src.x for e in v.inedges)
+
+    if not declared:
+        return compile(neighbour_max, generic_shapes=True)
+    return compile(neighbour_max, shapes=_declared(["x"] + ["w"] * with_weight, SUM_SHAPES))
+
+
 def appnp_step(with_weight: bool, alpha: torch.Tensor, keep: torch.Tensor) -> CompiledProgram:
     """out_v = keep * sum_e w[e] * x[u] + alpha * h[v] with keep = 1 - alpha: one power-iteration step
     of APPNP (the caller computes keep, so the op's parameters are plain inputs)."""
@@ -118,9 +144,13 @@ GAT_ATTENTION = OpFamily(gat_attention, required=("a_src", "x"), params=("slope"
                                   "mask": (E, 2, 1)})
 WEIGHTED_SUM = OpFamily(weighted_sum, required=("x",), params=(), optional=(("w", "with_weight"),),
                         example={"x": (N, 3), "w": (E,)})
+NEIGHBOUR_MEAN = OpFamily(neighbour_mean, required=("x",), params=(), optional=(("w", "with_weight"),),
+                          example={"x": (N, 3), "w": (E,)})
+NEIGHBOUR_MAX = OpFamily(neighbour_max, required=("x",), params=(), optional=(("w", "with_weight"),),
+                         example={"x": (N, 3), "w": (E,)})
 APPNP_STEP = OpFamily(appnp_step, required=("x", "h"), params=("alpha", "keep"), optional=(("w", "with_weight"),),
                       example={"x": (N, 3), "h": (N, 3), "w": (E,)})
-FAMILIES = (GAT_ATTENTION, WEIGHTED_SUM, APPNP_STEP)
+FAMILIES = (GAT_ATTENTION, WEIGHTED_SUM, NEIGHBOUR_MEAN, NEIGHBOUR_MAX, APPNP_STEP)
 library.register(FAMILIES, PREBUILT_DTYPES, FIRST_USE_OPTIONS)
 
 

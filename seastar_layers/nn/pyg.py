@@ -1,4 +1,4 @@
-"""Drop-in replacements for torch_geometric.nn.GATConv, GCNConv and APPNP.
+"""Drop-in replacements for torch_geometric.nn.GATConv, GCNConv, APPNP, SAGEConv and GINConv.
 
 Each subclasses PyG's own layer, so the constructor, parameter names, reset_parameters(),
 __repr__ and state_dict are PyG's; only forward() changes: the linear transforms stay in torch,
@@ -17,7 +17,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
-from torch_geometric.nn.aggr import SumAggregation
+from torch_geometric.nn.aggr import MaxAggregation, MeanAggregation, SumAggregation
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.typing import torch_sparse
 from torch_geometric.utils import add_self_loops, is_torch_sparse_tensor, remove_self_loops, scatter
@@ -26,7 +26,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 from ..graph import Graph, as_graph, check_index_dtype, graph_tensors
 from ..runtime import library
 from . import edges, programs
-from .modules import leading_rows, linear_weight
+from .modules import leading_rows, linear_parameters, linear_weight
 
 _warned: set[tuple[str, str]] = set()
 
@@ -45,12 +45,16 @@ _MESSAGE_PASSING_HOOKS = ("_propagate_forward_pre_hooks", "_propagate_forward_ho
                           "_edge_update_forward_pre_hooks", "_edge_update_forward_hooks")
 
 
-def _unfused_reason(layer: MessagePassing, hooks: bool = True) -> str | None:
-    """What, if anything, only PyG's own message passing can honour: an aggregation other than a
-    sum, registered hooks that see each message (unless `hooks` is False), a replaced
-    explain_message() that may do anything to one."""
+# The aggregations the programs fuse, by PyG's aggregation module: the program's op
+_AGGREGATION_OPS = {SumAggregation: "weighted_sum", MeanAggregation: "neighbour_mean", MaxAggregation: "neighbour_max"}
+
+
+def _unfused_reason(layer: MessagePassing, hooks: bool = True, aggregations=(SumAggregation,)) -> str | None:
+    """What, if anything, only PyG's own message passing can honour: an aggregation other than
+    `aggregations` (module types), registered hooks that see each message (unless `hooks` is
+    False), a replaced explain_message() that may do anything to one."""
     state = layer.__dict__  # read directly: this runs on every call, and Module.__getattr__ costs a microsecond
-    if type(state["_modules"]["aggr_module"]) is not SumAggregation:
+    if type(state["_modules"]["aggr_module"]) not in aggregations:
         return f"aggr={layer.aggr!r}"
     for name in _MESSAGE_PASSING_HOOKS if hooks else ():
         if state[name]:
@@ -178,13 +182,13 @@ def _check_static(x: Tensor) -> None:
                          "not support static graphs (a batch axis before the vertex axis)")
 
 
-def _scriptable(layer: MessagePassing, name: str) -> MessagePassing:
+def _scriptable(layer: MessagePassing, name: str, aggregations=(SumAggregation,)) -> MessagePassing:
     """What torch.jit.script(layer) scripts: the fused path (each forward's scripted branch). A
     scripted module runs no Python hook, as PyG's scripted layers run none (eager calls still
     honour them); what only PyG's own message passing can do is refused when scripting starts, by
     name. A cached layer scripts a copy whose cache starts empty and holds the scripted path's
     graph (`_scripted_cache`), as the eager cache holds objects TorchScript cannot type."""
-    reason = _unfused_reason(layer, hooks=False)
+    reason = _unfused_reason(layer, hooks=False, aggregations=aggregations)
     if reason is None and layer.explain:
         reason = "explain mode"
     if reason is not None:
@@ -692,3 +696,166 @@ class APPNP(_ScriptedCaching, _StockTemplates, pyg_nn.APPNP):
 for _layer in (GCNConv, APPNP):
     _layer.__annotations__ = {**vars(_layer).get("__annotations__", {}), "_scripted_cache": ScriptedCache}
 del _layer
+
+
+def _unfused_neighbour_reason(layer: MessagePassing, x) -> str | None:
+    """_unfused_reason for a SAGE or GIN layer: also a pair of features under flow="target_to_source",
+    of which PyG's propagate reads the senders from the second (an order of its own, not fused)."""
+    if not isinstance(x, Tensor) and layer.flow == "target_to_source":
+        return "a pair of features with flow='target_to_source'"
+    return _unfused_reason(layer, aggregations=_AGGREGATION_OPS)
+
+
+def _aggregate(op: str, graph: List[Tensor], rows: Tensor, weight: Optional[Tensor]) -> Tensor:
+    """The senders' rows aggregated over each receiver's in-edges (times the edge weights, where
+    given) by the program `op` (_AGGREGATION_OPS): one sweep."""
+    if op == "neighbour_mean":
+        return torch.ops.seastar_layers.neighbour_mean(graph, rows, weight)[0][0]
+    if op == "neighbour_max":
+        return torch.ops.seastar_layers.neighbour_max(graph, rows, weight)[0][0]
+    return torch.ops.seastar_layers.weighted_sum(graph, rows, weight)[0][0]
+
+
+def _num_receivers(name: str, node_dim: int, x_src: Tensor, x_dst: Optional[Tensor],
+                   size: Optional[Tuple[int, int]]) -> Tuple[int, int]:
+    """(senders, receivers) as PyG's propagate counts them: `size`'s receivers, else the second
+    features' rows, else as many as senders."""
+    num_src = _num_vertices(name, node_dim, x_src)
+    if size is not None:
+        return num_src, size[1]
+    return num_src, _num_vertices(name, node_dim, x_dst) if x_dst is not None else num_src
+
+
+def _neighbour_graph(layer: MessagePassing, x_src: Tensor, x_dst: Optional[Tensor], edge_index,
+                     size: Optional[Tuple[int, int]]) -> Tuple[Graph, Optional[Tensor]]:
+    """The graph a SAGE or GIN layer aggregates over, and its messages' edge weights: a torch sparse
+    adjacency's values (PyG's spmm multiplies by them; a SparseTensor's it drops), or in explain mode
+    the explanation mask (PyG then passes messages, which do not read the values)."""
+    sparse = _is_sparse(edge_index)
+    _check_flow(layer, sparse)
+    plain, values, sparse_size = _edge_list(edge_index)
+    _check_edge_index(plain)
+    sizes = _num_receivers(type(layer).__name__, layer.node_dim, x_src, x_dst,
+                           size if size is not None else sparse_size)
+    graph = _message_graph(layer, edge_index, plain, 0, sizes, (), sparse)
+    explained = _explain_factor(layer, graph, x_src.dim(), plain.size(1))
+    if explained is not None:
+        return graph, explained
+    if values is None or type(edge_index).__name__ == "SparseTensor":
+        return graph, None
+    return graph, values
+
+
+def _scripted_neighbour_graph(layer_name: str, node_dim: int, flow: str, x_src: Tensor, x_dst: Optional[Tensor],
+                              edge_index: Tensor, size: Optional[Tuple[int, int]]) -> List[Tensor]:
+    """_neighbour_graph in a scripted layer: the graph's tensors, built on every call."""
+    if edge_index.is_sparse:
+        raise ValueError("a scripted seastar_layers." + layer_name + " takes an edge_index of shape (2, E), not a "
+                         "sparse adjacency; pass adj_t.to_sparse_coo().indices().flip(0)")
+    num_src, num_dst = _num_receivers(layer_name, node_dim, x_src, x_dst, size)
+    src, dst = edge_index[0], edge_index[1]
+    if flow == "target_to_source":
+        src, dst = dst, src
+    return graph_tensors(src, dst, num_src, num_dst, None)
+
+
+def _aggregated(op: str, graph: List[Tensor], x: Tensor, weight: Optional[Tensor], node_dim: int) -> Tensor:
+    """_aggregate over features of any layout PyG's node_dim allows."""
+    rows, features, axis = _to_rows(x, node_dim)
+    return _from_rows(_aggregate(op, graph, rows, None if weight is None else weight.to(x.dtype)), features, axis)
+
+
+class _NeighbourLayer(_StockTemplates):
+    """What SAGEConv and GINConv share: a tensor or a pair of features, the graph and its edge
+    weights, one sweep of the layer's aggregation (_AGGREGATION_OPS); each layer says what it does
+    to the senders before the sweep (_sources), around it (_sweep) and after it (_finish)."""
+
+    # a scripted copy's, which cannot read its module type (__prepare_scriptable__)
+    _aggregation_op, _layer_name = "weighted_sum", ""
+
+    def forward(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
+                size: Optional[Tuple[int, int]] = None) -> Tensor:
+        if torch.jit.is_scripting():
+            return self._scripted(x, edge_index, size)
+        else:
+            return self._eager(x, edge_index, size)
+
+    def _eager(self, x, edge_index, size):
+        name = type(self).__name__
+        unfused = _unfused_neighbour_reason(self, x)
+        if unfused is not None:
+            _warn_once(name, unfused)
+            return super().forward(x, edge_index, size)
+        programs.check_features(name, x)
+        library.require()
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else (x[0], x[1])
+        x_src = self._sources(x_src)
+        graph, weight = _neighbour_graph(self, x_src, x_dst, edge_index, size)
+        op = _AGGREGATION_OPS[type(self._modules["aggr_module"])]
+        return self._finish(self._sweep(op, graph.op_tensors(), x_src, weight), x_dst)
+
+    def _scripted(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
+                  size: Optional[Tuple[int, int]]) -> Tensor:
+        if isinstance(x, Tensor):
+            x_src, x_dst = x, x
+        else:
+            x_src, x_dst = x[0], x[1]
+        x_src = self._sources(x_src)
+        graph = _scripted_neighbour_graph(self._layer_name, self.node_dim, self.flow, x_src, x_dst, edge_index, size)
+        return self._finish(self._scripted_sweep(self._aggregation_op, graph, x_src), x_dst)
+
+    def _sources(self, x_src: Tensor) -> Tensor:
+        return x_src
+
+    def _sweep(self, op: str, graph: List[Tensor], x_src: Tensor, weight: Optional[Tensor]) -> Tensor:
+        return _aggregated(op, graph, x_src, weight, self.node_dim)
+
+    def _scripted_sweep(self, op: str, graph: List[Tensor], x_src: Tensor) -> Tensor:
+        return _aggregated(op, graph, x_src, None, self.node_dim)
+
+    def __prepare_scriptable__(self):
+        script = copy.copy(_scriptable(self, type(self).__name__, tuple(_AGGREGATION_OPS)))
+        script._aggregation_op = _AGGREGATION_OPS[type(self.aggr_module)]
+        script._layer_name = type(self).__name__
+        return script
+
+
+class SAGEConv(_NeighbourLayer, pyg_nn.SAGEConv):
+    __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.SAGEConv`: the mean, max or sum over the neighbours is "
+               "one sweep (after the projection where that narrows the rows, for mean and sum).\n\n"
+               + (pyg_nn.SAGEConv.__doc__ or ""))
+    _stock_example = (1, 1)
+
+    def _sources(self, x_src: Tensor) -> Tensor:
+        if self.project and hasattr(self, "lin"):
+            return self.lin(x_src).relu()
+        return x_src
+
+    def _sweep(self, op: str, graph: List[Tensor], x_src: Tensor, weight: Optional[Tensor]) -> Tensor:
+        lin_l = linear_parameters(self._modules["lin_l"], Linear)
+        if op != "neighbour_max" and lin_l is not None and lin_l[0].size(1) > lin_l[0].size(0):
+            # project first where that narrows the rows the sweep reads (as DGL's SAGEConv): a sum or
+            # mean of products is the product of the sum or mean
+            out = _aggregated(op, graph, F.linear(x_src, lin_l[0]), weight, self.node_dim)
+            return out if lin_l[1] is None else out + lin_l[1]
+        return self.lin_l(_aggregated(op, graph, x_src, weight, self.node_dim))
+
+    def _scripted_sweep(self, op: str, graph: List[Tensor], x_src: Tensor) -> Tensor:
+        return self.lin_l(_aggregated(op, graph, x_src, None, self.node_dim))
+
+    def _finish(self, out: Tensor, x_dst: Optional[Tensor]) -> Tensor:
+        if self.root_weight and x_dst is not None:
+            out = out + self.lin_r(x_dst)
+        if self.normalize:
+            out = F.normalize(out, p=2., dim=-1)
+        return out
+
+class GINConv(_NeighbourLayer, pyg_nn.GINConv):
+    __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GINConv`: the neighbour sum is one sweep.\n\n"
+               + (pyg_nn.GINConv.__doc__ or ""))
+    _stock_example = (torch.nn.Identity(),)
+
+    def _finish(self, out: Tensor, x_dst: Optional[Tensor]) -> Tensor:
+        if x_dst is not None:
+            out = out + (1 + self.eps) * x_dst
+        return self.nn(out)
