@@ -95,6 +95,6 @@ def extension_enabled() -> bool:
 
 
 # SEASTAR_SOURCE_CHUNK_BYTES: the bytes of gathered rows per chunk of a source-chunked CPU sweep
-# (codegen/cstyle.py: render_source_chunks), 0 for one sweep; unset, 7/8 of a core's L2. The
+# (codegen/cstyle.py: render_source_chunks), 0 for one sweep; unset, each sweep tunes its own. The
 # generated kernels read it on each call (codegen/cpu.py: SOURCE_CHUNK_HELPER), not Python.
 SOURCE_CHUNK_BYTES = "SEASTAR_SOURCE_CHUNK_BYTES"

@@ -195,3 +195,24 @@ def test_row_remainders_sum_as_torch(width):
     for got, want in zip(torch.autograd.grad(out, (x, w), grad), torch.autograd.grad(expected, (x, w), grad),
                          strict=True):
         torch.testing.assert_close(got, want)
+
+
+def test_tuned_chunks_give_the_same_bits(monkeypatch):
+    """Without SEASTAR_SOURCE_CHUNK_BYTES a sweep whose rows overflow two of the smallest candidate
+    chunks (7/8 of L2: here 5 MB of rows) tunes its chunk on its first call, sweeping once per
+    candidate, and keeps the fastest: the first call and the later ones give one sweep's bits."""
+    num_src, num_dst = 20000, 3000
+    graph = sorted_graph(skewed_edges(num_src, num_dst, 200_000, seed=5), num_src, num_dst)
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(num_src, 64, generator=gen).requires_grad_()
+    grad = torch.randn(num_dst, 64, generator=gen)
+
+    def run():
+        out = OPS.weighted_sum(graph.op_tensors(), x, None)[0][0]
+        return [out.detach(), *torch.autograd.grad(out, [x], grad)]
+
+    monkeypatch.setenv(CHUNK_BYTES, "0")
+    plain = run()
+    monkeypatch.delenv(CHUNK_BYTES)
+    for _ in range(3):
+        assert_same_bits(plain, run())

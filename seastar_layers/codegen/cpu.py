@@ -139,22 +139,44 @@ static inline double seastar_exp(double x) {
 """
 
 
-# Neighbours per chunk of a source-chunked sweep (cstyle.py: render_source_chunks): as many gathered
-# rows as fill 7/8 of a core's L2 (the rest holds the rows being summed into and the graph's arrays),
-# or SEASTAR_SOURCE_CHUNK_BYTES where set (config.py; 0: one sweep); smaller and larger chunks
-# measured slower (docs/design.md).
+# Neighbours per chunk of a source-chunked sweep (cstyle.py: render_source_chunks). Whether gathered
+# rows are cheaper from L2 or from the last-level cache depends on the CPU (docs/design.md: 1.9 MB
+# chunks were best on a 2 MB-L2 machine, one sweep or 7 MB chunks on a 1 MB-L2 one), so a sweep's
+# first call of a size class times each candidate (7/8 of a core's L2 times 1, 2 and 8, and no
+# chunks) and later calls take the fastest; every candidate adds the same terms in the same order.
+# SEASTAR_SOURCE_CHUNK_BYTES fixes the budget (config.py; 0: one sweep).
 SOURCE_CHUNK_HELPER = r"""
-static inline int64_t seastar_source_chunk(int64_t row_bytes) {
+static const int seastar_chunk_candidates = 4;
+static inline bool seastar_chunk_fixed() { return std::getenv("SOURCE_CHUNK_BYTES") != nullptr; }
+static inline int64_t seastar_source_chunk(int64_t row_bytes, int candidate) {
 #ifdef _SC_LEVEL2_CACHE_SIZE
   static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #else
   static const long l2 = 0;
 #endif
+  static const int64_t scales[seastar_chunk_candidates] = {1, 2, 8, 0};
   const char* set = std::getenv("SOURCE_CHUNK_BYTES");
-  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7;
+  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7 * scales[candidate];
   if (budget <= 0 || row_bytes <= 0) return INT64_MAX;
   return std::max<int64_t>(1, budget / row_bytes);
 }
+// The candidate each size class of one sweep settled on (-1: not tuned yet).
+struct seastar_chunk_tuner {
+  std::mutex lock;
+  int64_t keys[16];
+  int chosen[16];
+  int used = 0;
+  int choice(int64_t key) {
+    std::lock_guard<std::mutex> hold(lock);
+    for (int k = 0; k < used; ++k) if (keys[k] == key) return chosen[k];
+    return used < 16 ? -1 : 0;
+  }
+  void settle(int64_t key, int candidate) {
+    std::lock_guard<std::mutex> hold(lock);
+    for (int k = 0; k < used; ++k) if (keys[k] == key) return;
+    if (used < 16) { keys[used] = key; chosen[used] = candidate; ++used; }
+  }
+};
 """
 
 
@@ -165,8 +187,8 @@ class CpuDialect(Dialect):
     source_chunks = True
 
     def preamble(self, dtype: str) -> str:
-        return ("#include <algorithm>\n#include <cmath>\n#include <cstdint>\n#include <cstdlib>\n#include <cstring>\n"
-                "#include <omp.h>\n#include <unistd.h>\n" + CLONES)
+        return ("#include <algorithm>\n#include <chrono>\n#include <cmath>\n#include <cstdint>\n#include <cstdlib>\n"
+                "#include <cstring>\n#include <mutex>\n#include <omp.h>\n#include <unistd.h>\n" + CLONES)
 
     def types(self, dtype: str) -> list[str]:
         lines = [f"typedef {STORAGE[dtype]} scalar_t;", f"typedef {C_TYPES[COMPUTE_TYPE[dtype]]} acc_t;"]

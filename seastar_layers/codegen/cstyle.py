@@ -1034,13 +1034,15 @@ class KernelRenderer:
         the cache by every row's edges into it (rows sorted by neighbour make those edges
         consecutive: graph.py). Each row carries its sums (`partial`) and its position among its
         edges (`cursor`) from chunk to chunk, so every sum adds the same terms in the same order as
-        the plain loop, which runs where one chunk holds every neighbour or the memory is not there."""
+        the plain loop, which runs where one chunk holds every neighbour or the memory is not there.
+        A size class's first call sweeps once to warm the caches, then once per candidate chunk,
+        timed, and keeps the fastest for later calls (the sweep only writes what it computes)."""
         uses_scratch = bool(self.scratch_sizes)
         # two chunks were slower than one sweep (16-wide rows of 1.9 MB); rows not sorted by
         # neighbour (another library's layouts, shared: graph.py) would rescan every row per chunk for
         # nothing, and 64 rows spread over the graph tell them apart
-        self.emit(f"const int64_t chunk = seastar_source_chunk({row_bytes});",
-                  f"bool sorted = chunk < {n_nbrs} / 2 && {n_rows} > 0;",
+        self.emit("static seastar_chunk_tuner tuner;",
+                  f"bool sorted = seastar_source_chunk({row_bytes}, 0) < {n_nbrs} / 2 && {n_rows} > 0;",
                   "for (int64_t probe = 0; probe < 64 && sorted; ++probe) {",
                   f"  const int64_t row = probe * {n_rows} / 64;",
                   "  for (int64_t j = indptr[row] + 1; j < indptr[row + 1] && sorted; ++j) "
@@ -1053,19 +1055,36 @@ class KernelRenderer:
                   f"* (size_t){n_rows});",
                   f"  cursor = (int64_t*)std::malloc(sizeof(int64_t) * (size_t){n_rows});",
                   "}",
-                  "if (partial != nullptr && cursor != nullptr) {",
-                  f"  const int64_t chunks = ({n_nbrs} + chunk - 1) / chunk;",
-                  "  for (int64_t c = 0; c < chunks; ++c) {",
-                  "    const bool first = c == 0, last = c + 1 == chunks;",
-                  "    const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's")
+                  "const bool chunkable = partial != nullptr && cursor != nullptr;",
+                  f"const int64_t size_class = ({row_bytes}) * 64 + (64 - __builtin_clzll((uint64_t){n_nbrs} | 1));",
+                  "const int tuned = chunkable && !seastar_chunk_fixed() ? tuner.choice(size_class) : 0;",
+                  "const int attempts = tuned < 0 ? seastar_chunk_candidates + 1 : 1;",
+                  "double fastest = 0;",
+                  "int best = 0;",
+                  "for (int attempt = 0; attempt < attempts; ++attempt) {",
+                  "  const int candidate = tuned >= 0 ? tuned : (attempt > 0 ? attempt - 1 : 0);",
+                  f"  const int64_t chunk = seastar_source_chunk({row_bytes}, candidate);",
+                  "  const auto start = std::chrono::steady_clock::now();",
+                  f"  if (chunkable && chunk < {n_nbrs}) {{",
+                  f"    const int64_t chunks = ({n_nbrs} + chunk - 1) / chunk;",
+                  "    for (int64_t c = 0; c < chunks; ++c) {",
+                  "      const bool first = c == 0, last = c + 1 == chunks;",
+                  "      const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the "
+                  "last's")
         chunk_scratch = any(re.search(r"\bscratch\b", line) for line in chunked)  # where the sums are in partial
-        self.row_loop(n_rows, chunked, chunk_scratch, "    ")
-        self.emit("  }", "} else {")
+        self.row_loop(n_rows, chunked, chunk_scratch, "        ")
+        self.emit("    }", "  } else {")
         if self.d.outlines_rows:
-            self.lines.extend("    " + line for line in self.d.rows_call(self.name, n_rows))
+            self.lines.extend("      " + line for line in self.d.rows_call(self.name, n_rows))
         else:
-            self.row_loop(n_rows, body, uses_scratch, "  ")
-        self.emit("}", "std::free(partial);", "std::free(cursor);")
+            self.row_loop(n_rows, body, uses_scratch, "      ")
+        self.emit("  }",
+                  "  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start)"
+                  ".count();",
+                  "  if (attempt > 0 && (attempt == 1 || seconds < fastest)) { fastest = seconds; best = candidate; }",
+                  "}",
+                  "if (tuned < 0) tuner.settle(size_class, best);",
+                  "std::free(partial);", "std::free(cursor);")
 
     def row_loop(self, n_rows: str, body: list[str], uses_scratch: bool, indent: str, widest: int | None = None,
                  scratch: int | None = None):

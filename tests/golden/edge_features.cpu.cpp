@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <omp.h>
 #include <unistd.h>
 #if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
@@ -59,17 +61,37 @@ static inline double seastar_exp(double x) {
   const double result = y * s1 * s2;
   return x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result);
 }
-static inline int64_t seastar_source_chunk(int64_t row_bytes) {
+static const int seastar_chunk_candidates = 4;
+static inline bool seastar_chunk_fixed() { return std::getenv("SEASTAR_SOURCE_CHUNK_BYTES") != nullptr; }
+static inline int64_t seastar_source_chunk(int64_t row_bytes, int candidate) {
 #ifdef _SC_LEVEL2_CACHE_SIZE
   static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #else
   static const long l2 = 0;
 #endif
+  static const int64_t scales[seastar_chunk_candidates] = {1, 2, 8, 0};
   const char* set = std::getenv("SEASTAR_SOURCE_CHUNK_BYTES");
-  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7;
+  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7 * scales[candidate];
   if (budget <= 0 || row_bytes <= 0) return INT64_MAX;
   return std::max<int64_t>(1, budget / row_bytes);
 }
+// The candidate each size class of one sweep settled on (-1: not tuned yet).
+struct seastar_chunk_tuner {
+  std::mutex lock;
+  int64_t keys[16];
+  int chosen[16];
+  int used = 0;
+  int choice(int64_t key) {
+    std::lock_guard<std::mutex> hold(lock);
+    for (int k = 0; k < used; ++k) if (keys[k] == key) return chosen[k];
+    return used < 16 ? -1 : 0;
+  }
+  void settle(int64_t key, int candidate) {
+    std::lock_guard<std::mutex> hold(lock);
+    for (int k = 0; k < used; ++k) if (keys[k] == key) return;
+    if (used < 16) { keys[used] = key; chosen[used] = candidate; ++used; }
+  }
+};
 
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
@@ -147,8 +169,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
   const scalar_t* __restrict__ b1 = (const scalar_t*)p.buffers[1];  // feature:x@src
   const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:y@dst
   scalar_t* __restrict__ b3 = (scalar_t*)p.buffers[3];  // output:out0@dst
-  const int64_t chunk = seastar_source_chunk((6) * sizeof(scalar_t));
-  bool sorted = chunk < p.num_src / 2 && p.num_dst > 0;
+  static seastar_chunk_tuner tuner;
+  bool sorted = seastar_source_chunk((6) * sizeof(scalar_t), 0) < p.num_src / 2 && p.num_dst > 0;
   for (int64_t probe = 0; probe < 64 && sorted; ++probe) {
     const int64_t row = probe * p.num_dst / 64;
     for (int64_t j = indptr[row] + 1; j < indptr[row + 1] && sorted; ++j) sorted = nbrs[j - 1] <= nbrs[j];
@@ -159,68 +181,82 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__forward_kernel0(const forward_param
     partial = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)((6)) * (size_t)p.num_dst);
     cursor = (int64_t*)std::malloc(sizeof(int64_t) * (size_t)p.num_dst);
   }
-  if (partial != nullptr && cursor != nullptr) {
-    const int64_t chunks = (p.num_src + chunk - 1) / chunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const bool first = c == 0, last = c + 1 == chunks;
-      const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's
-    #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-    for (int64_t r = 0; r < p.num_dst; ++r) {
-      const int64_t begin = first ? (int64_t)indptr[r] : cursor[r];
-      int64_t end = indptr[r + 1];
-      if (!last) {
-        int64_t stop = begin;
-        while (stop < end && nbrs[stop] < high) ++stop;
-        cursor[r] = end = stop;
-      }
-      if (begin == end && !first && !last) continue;
-      const scalar_t* v3 = b2 + r * 6;
-      acc_t* __restrict__ v5 = partial + r * ((6)) + 0;
-      for (int64_t c0 = 0; c0 < 6; c0 += 64) {
-        acc_t acc5[64]; for (int k = 0; k < 64; ++k) acc5[k] = (acc_t)0.0;
-        if (!first) {
-          #pragma omp simd
-          for (int k = 0; k < 6; ++k) {
-            acc5[k] = v5[(c0 + k)];
+  const bool chunkable = partial != nullptr && cursor != nullptr;
+  const int64_t size_class = ((6) * sizeof(scalar_t)) * 64 + (64 - __builtin_clzll((uint64_t)p.num_src | 1));
+  const int tuned = chunkable && !seastar_chunk_fixed() ? tuner.choice(size_class) : 0;
+  const int attempts = tuned < 0 ? seastar_chunk_candidates + 1 : 1;
+  double fastest = 0;
+  int best = 0;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    const int candidate = tuned >= 0 ? tuned : (attempt > 0 ? attempt - 1 : 0);
+    const int64_t chunk = seastar_source_chunk((6) * sizeof(scalar_t), candidate);
+    const auto start = std::chrono::steady_clock::now();
+    if (chunkable && chunk < p.num_src) {
+      const int64_t chunks = (p.num_src + chunk - 1) / chunk;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const bool first = c == 0, last = c + 1 == chunks;
+        const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's
+        #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+        for (int64_t r = 0; r < p.num_dst; ++r) {
+          const int64_t begin = first ? (int64_t)indptr[r] : cursor[r];
+          int64_t end = indptr[r + 1];
+          if (!last) {
+            int64_t stop = begin;
+            while (stop < end && nbrs[stop] < high) ++stop;
+            cursor[r] = end = stop;
+          }
+          if (begin == end && !first && !last) continue;
+          const scalar_t* v3 = b2 + r * 6;
+          acc_t* __restrict__ v5 = partial + r * ((6)) + 0;
+          for (int64_t c0 = 0; c0 < 6; c0 += 64) {
+            acc_t acc5[64]; for (int k = 0; k < 64; ++k) acc5[k] = (acc_t)0.0;
+            if (!first) {
+              #pragma omp simd
+              for (int k = 0; k < 6; ++k) {
+                acc5[k] = v5[(c0 + k)];
+              }
+            }
+            for (int64_t j = begin; j < end; ++j) {
+              const int64_t nbr = nbrs[j], eid = eids[j];
+              const scalar_t* v0 = b0 + eid * 6;
+              const scalar_t* v1 = b1 + nbr * 6;
+              if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
+              #pragma omp simd
+              for (int k = 0; k < 6; ++k) {
+                const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
+                const acc_t e4 = (e2 + v3[(c0 + k)]);
+                acc5[k] += e4;
+              }
+            }
+            #pragma omp simd
+            for (int k = 0; k < 6; ++k) {
+              v5[(c0 + k)] = acc5[k];
+            }
+          }
+          if (!last) continue;  // the row's sums are not complete yet
+          for (int64_t i0 = 0; i0 < 6; ++i0) {
+            b3[r * 6 + i0] = v5[i0];
           }
         }
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          const scalar_t* v0 = b0 + eid * 6;
-          const scalar_t* v1 = b1 + nbr * 6;
-          if (j + 16 < end) __builtin_prefetch(b0 + eids[j + 16] * 6 + c0);
-          #pragma omp simd
-          for (int k = 0; k < 6; ++k) {
-            const acc_t e2 = (v0[(c0 + k)] * v1[(c0 + k)]);
-            const acc_t e4 = (e2 + v3[(c0 + k)]);
-            acc5[k] += e4;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 6; ++k) {
-          v5[(c0 + k)] = acc5[k];
-        }
       }
-      if (!last) continue;  // the row's sums are not complete yet
-      for (int64_t i0 = 0; i0 < 6; ++i0) {
-        b3[r * 6 + i0] = v5[i0];
-      }
-    }
-    }
-  } else {
-    if (p.num_threads <= 1) {
-      __SEASTAR_PREFIX__forward_kernel0_rows(p, 0, p.num_dst, p.scratch);
     } else {
-      const int64_t chunks = (p.num_dst + 32 - 1) / 32;
-      #pragma omp parallel num_threads(p.num_threads)
-      {
-        acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < chunks; ++c)
-          __SEASTAR_PREFIX__forward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+      if (p.num_threads <= 1) {
+        __SEASTAR_PREFIX__forward_kernel0_rows(p, 0, p.num_dst, p.scratch);
+      } else {
+        const int64_t chunks = (p.num_dst + 32 - 1) / 32;
+        #pragma omp parallel num_threads(p.num_threads)
+        {
+          acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+          #pragma omp for schedule(dynamic, 1)
+          for (int64_t c = 0; c < chunks; ++c)
+            __SEASTAR_PREFIX__forward_kernel0_rows(p, c * 32, std::min<int64_t>(p.num_dst, (c + 1) * 32), scratch);
+        }
       }
     }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (attempt > 0 && (attempt == 1 || seconds < fastest)) { fastest = seconds; best = candidate; }
   }
+  if (tuned < 0) tuner.settle(size_class, best);
   std::free(partial);
   std::free(cursor);
 }
@@ -366,8 +402,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   const scalar_t* __restrict__ b0 = (const scalar_t*)p.buffers[0];  // adjoint:out0@dst
   const scalar_t* __restrict__ b2 = (const scalar_t*)p.buffers[2];  // feature:w@edge
   scalar_t* __restrict__ b4 = (scalar_t*)p.buffers[4];  // gradient:x@src
-  const int64_t chunk = seastar_source_chunk((6) * sizeof(scalar_t));
-  bool sorted = chunk < p.num_dst / 2 && p.num_src > 0;
+  static seastar_chunk_tuner tuner;
+  bool sorted = seastar_source_chunk((6) * sizeof(scalar_t), 0) < p.num_dst / 2 && p.num_src > 0;
   for (int64_t probe = 0; probe < 64 && sorted; ++probe) {
     const int64_t row = probe * p.num_src / 64;
     for (int64_t j = indptr[row] + 1; j < indptr[row + 1] && sorted; ++j) sorted = nbrs[j - 1] <= nbrs[j];
@@ -378,66 +414,80 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     partial = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)((6)) * (size_t)p.num_src);
     cursor = (int64_t*)std::malloc(sizeof(int64_t) * (size_t)p.num_src);
   }
-  if (partial != nullptr && cursor != nullptr) {
-    const int64_t chunks = (p.num_dst + chunk - 1) / chunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const bool first = c == 0, last = c + 1 == chunks;
-      const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's
-    #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-    for (int64_t r = 0; r < p.num_src; ++r) {
-      const int64_t begin = first ? (int64_t)indptr[r] : cursor[r];
-      int64_t end = indptr[r + 1];
-      if (!last) {
-        int64_t stop = begin;
-        while (stop < end && nbrs[stop] < high) ++stop;
-        cursor[r] = end = stop;
-      }
-      if (begin == end && !first && !last) continue;
-      acc_t* __restrict__ v6 = partial + r * ((6)) + 0;
-      for (int64_t c0 = 0; c0 < 6; c0 += 64) {
-        acc_t acc6[64]; for (int k = 0; k < 64; ++k) acc6[k] = (acc_t)0.0;
-        if (!first) {
-          #pragma omp simd
-          for (int k = 0; k < 6; ++k) {
-            acc6[k] = v6[(c0 + k)];
+  const bool chunkable = partial != nullptr && cursor != nullptr;
+  const int64_t size_class = ((6) * sizeof(scalar_t)) * 64 + (64 - __builtin_clzll((uint64_t)p.num_dst | 1));
+  const int tuned = chunkable && !seastar_chunk_fixed() ? tuner.choice(size_class) : 0;
+  const int attempts = tuned < 0 ? seastar_chunk_candidates + 1 : 1;
+  double fastest = 0;
+  int best = 0;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    const int candidate = tuned >= 0 ? tuned : (attempt > 0 ? attempt - 1 : 0);
+    const int64_t chunk = seastar_source_chunk((6) * sizeof(scalar_t), candidate);
+    const auto start = std::chrono::steady_clock::now();
+    if (chunkable && chunk < p.num_dst) {
+      const int64_t chunks = (p.num_dst + chunk - 1) / chunk;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const bool first = c == 0, last = c + 1 == chunks;
+        const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's
+        #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+        for (int64_t r = 0; r < p.num_src; ++r) {
+          const int64_t begin = first ? (int64_t)indptr[r] : cursor[r];
+          int64_t end = indptr[r + 1];
+          if (!last) {
+            int64_t stop = begin;
+            while (stop < end && nbrs[stop] < high) ++stop;
+            cursor[r] = end = stop;
+          }
+          if (begin == end && !first && !last) continue;
+          acc_t* __restrict__ v6 = partial + r * ((6)) + 0;
+          for (int64_t c0 = 0; c0 < 6; c0 += 64) {
+            acc_t acc6[64]; for (int k = 0; k < 64; ++k) acc6[k] = (acc_t)0.0;
+            if (!first) {
+              #pragma omp simd
+              for (int k = 0; k < 6; ++k) {
+                acc6[k] = v6[(c0 + k)];
+              }
+            }
+            for (int64_t j = begin; j < end; ++j) {
+              const int64_t nbr = nbrs[j], eid = eids[j];
+              const scalar_t* v0 = b0 + nbr * 6;
+              const scalar_t* v4 = b2 + eid * 6;
+              if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);
+              #pragma omp simd
+              for (int k = 0; k < 6; ++k) {
+                const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
+                acc6[k] += e5;
+              }
+            }
+            #pragma omp simd
+            for (int k = 0; k < 6; ++k) {
+              v6[(c0 + k)] = acc6[k];
+            }
+          }
+          if (!last) continue;  // the row's sums are not complete yet
+          for (int64_t i0 = 0; i0 < 6; ++i0) {
+            b4[r * 6 + i0] = v6[i0];
           }
         }
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j], eid = eids[j];
-          const scalar_t* v0 = b0 + nbr * 6;
-          const scalar_t* v4 = b2 + eid * 6;
-          if (j + 16 < end) __builtin_prefetch(b2 + eids[j + 16] * 6 + c0);
-          #pragma omp simd
-          for (int k = 0; k < 6; ++k) {
-            const acc_t e5 = (v0[(c0 + k)] * v4[(c0 + k)]);
-            acc6[k] += e5;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 6; ++k) {
-          v6[(c0 + k)] = acc6[k];
-        }
       }
-      if (!last) continue;  // the row's sums are not complete yet
-      for (int64_t i0 = 0; i0 < 6; ++i0) {
-        b4[r * 6 + i0] = v6[i0];
-      }
-    }
-    }
-  } else {
-    if (p.num_threads <= 1) {
-      __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
     } else {
-      const int64_t chunks = (p.num_src + 32 - 1) / 32;
-      #pragma omp parallel num_threads(p.num_threads)
-      {
-        acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < chunks; ++c)
-          __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
+      if (p.num_threads <= 1) {
+        __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
+      } else {
+        const int64_t chunks = (p.num_src + 32 - 1) / 32;
+        #pragma omp parallel num_threads(p.num_threads)
+        {
+          acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+          #pragma omp for schedule(dynamic, 1)
+          for (int64_t c = 0; c < chunks; ++c)
+            __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
+        }
       }
     }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (attempt > 0 && (attempt == 1 || seconds < fastest)) { fastest = seconds; best = candidate; }
   }
+  if (tuned < 0) tuner.settle(size_class, best);
   std::free(partial);
   std::free(cursor);
 }

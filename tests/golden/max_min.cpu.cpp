@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <omp.h>
 #include <unistd.h>
 #if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
@@ -59,17 +61,37 @@ static inline double seastar_exp(double x) {
   const double result = y * s1 * s2;
   return x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result);
 }
-static inline int64_t seastar_source_chunk(int64_t row_bytes) {
+static const int seastar_chunk_candidates = 4;
+static inline bool seastar_chunk_fixed() { return std::getenv("SEASTAR_SOURCE_CHUNK_BYTES") != nullptr; }
+static inline int64_t seastar_source_chunk(int64_t row_bytes, int candidate) {
 #ifdef _SC_LEVEL2_CACHE_SIZE
   static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #else
   static const long l2 = 0;
 #endif
+  static const int64_t scales[seastar_chunk_candidates] = {1, 2, 8, 0};
   const char* set = std::getenv("SEASTAR_SOURCE_CHUNK_BYTES");
-  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7;
+  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7 * scales[candidate];
   if (budget <= 0 || row_bytes <= 0) return INT64_MAX;
   return std::max<int64_t>(1, budget / row_bytes);
 }
+// The candidate each size class of one sweep settled on (-1: not tuned yet).
+struct seastar_chunk_tuner {
+  std::mutex lock;
+  int64_t keys[16];
+  int chosen[16];
+  int used = 0;
+  int choice(int64_t key) {
+    std::lock_guard<std::mutex> hold(lock);
+    for (int k = 0; k < used; ++k) if (keys[k] == key) return chosen[k];
+    return used < 16 ? -1 : 0;
+  }
+  void settle(int64_t key, int candidate) {
+    std::lock_guard<std::mutex> hold(lock);
+    for (int k = 0; k < used; ++k) if (keys[k] == key) return;
+    if (used < 16) { keys[used] = key; chosen[used] = candidate; ++used; }
+  }
+};
 
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
@@ -395,8 +417,8 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
   scalar_t* __restrict__ b6 = (scalar_t*)p.buffers[6];  // gradient:x@src
   const acc_t* __restrict__ b8 = (const acc_t*)p.buffers[8];  // temp:8@dst
   const acc_t* __restrict__ b9 = (const acc_t*)p.buffers[9];  // temp:18@dst
-  const int64_t chunk = seastar_source_chunk((3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t));
-  bool sorted = chunk < p.num_dst / 2 && p.num_src > 0;
+  static seastar_chunk_tuner tuner;
+  bool sorted = seastar_source_chunk((3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t), 0) < p.num_dst / 2 && p.num_src > 0;
   for (int64_t probe = 0; probe < 64 && sorted; ++probe) {
     const int64_t row = probe * p.num_src / 64;
     for (int64_t j = indptr[row] + 1; j < indptr[row + 1] && sorted; ++j) sorted = nbrs[j - 1] <= nbrs[j];
@@ -407,87 +429,101 @@ SEASTAR_CLONES static void __SEASTAR_PREFIX__backward_kernel1(const backward_par
     partial = (acc_t*)std::malloc(sizeof(acc_t) * (size_t)((3) + (3)) * (size_t)p.num_src);
     cursor = (int64_t*)std::malloc(sizeof(int64_t) * (size_t)p.num_src);
   }
-  if (partial != nullptr && cursor != nullptr) {
-    const int64_t chunks = (p.num_dst + chunk - 1) / chunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      const bool first = c == 0, last = c + 1 == chunks;
-      const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's
-    #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
-    for (int64_t r = 0; r < p.num_src; ++r) {
-      const int64_t begin = first ? (int64_t)indptr[r] : cursor[r];
-      int64_t end = indptr[r + 1];
-      if (!last) {
-        int64_t stop = begin;
-        while (stop < end && nbrs[stop] < high) ++stop;
-        cursor[r] = end = stop;
-      }
-      if (begin == end && !first && !last) continue;
-      const scalar_t* v2 = b2 + r * 3;
-      acc_t* __restrict__ v13 = partial + r * ((3) + (3)) + 0;
-      acc_t* __restrict__ v21 = partial + r * ((3) + (3)) + (3);
-      for (int64_t c0 = 0; c0 < 3; c0 += 32) {
-        acc_t acc13[32]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
-        acc_t acc21[32]; for (int k = 0; k < 32; ++k) acc21[k] = (acc_t)0.0;
-        if (!first) {
-          #pragma omp simd
-          for (int k = 0; k < 3; ++k) {
-            acc13[k] = v13[(c0 + k)];
-            acc21[k] = v21[(c0 + k)];
+  const bool chunkable = partial != nullptr && cursor != nullptr;
+  const int64_t size_class = ((3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t)) * 64 + (64 - __builtin_clzll((uint64_t)p.num_dst | 1));
+  const int tuned = chunkable && !seastar_chunk_fixed() ? tuner.choice(size_class) : 0;
+  const int attempts = tuned < 0 ? seastar_chunk_candidates + 1 : 1;
+  double fastest = 0;
+  int best = 0;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    const int candidate = tuned >= 0 ? tuned : (attempt > 0 ? attempt - 1 : 0);
+    const int64_t chunk = seastar_source_chunk((3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(scalar_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t) + (3) * sizeof(acc_t), candidate);
+    const auto start = std::chrono::steady_clock::now();
+    if (chunkable && chunk < p.num_dst) {
+      const int64_t chunks = (p.num_dst + chunk - 1) / chunk;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const bool first = c == 0, last = c + 1 == chunks;
+        const int64_t high = (c + 1) * chunk;  // this chunk's neighbours: below high, from the last's
+        #pragma omp parallel for schedule(dynamic, 32) num_threads(p.num_threads)
+        for (int64_t r = 0; r < p.num_src; ++r) {
+          const int64_t begin = first ? (int64_t)indptr[r] : cursor[r];
+          int64_t end = indptr[r + 1];
+          if (!last) {
+            int64_t stop = begin;
+            while (stop < end && nbrs[stop] < high) ++stop;
+            cursor[r] = end = stop;
+          }
+          if (begin == end && !first && !last) continue;
+          const scalar_t* v2 = b2 + r * 3;
+          acc_t* __restrict__ v13 = partial + r * ((3) + (3)) + 0;
+          acc_t* __restrict__ v21 = partial + r * ((3) + (3)) + (3);
+          for (int64_t c0 = 0; c0 < 3; c0 += 32) {
+            acc_t acc13[32]; for (int k = 0; k < 32; ++k) acc13[k] = (acc_t)0.0;
+            acc_t acc21[32]; for (int k = 0; k < 32; ++k) acc21[k] = (acc_t)0.0;
+            if (!first) {
+              #pragma omp simd
+              for (int k = 0; k < 3; ++k) {
+                acc13[k] = v13[(c0 + k)];
+                acc21[k] = v21[(c0 + k)];
+              }
+            }
+            for (int64_t j = begin; j < end; ++j) {
+              const int64_t nbr = nbrs[j];
+              const scalar_t* v3 = b3 + nbr * 3;
+              const acc_t* v5 = b4 + nbr * 3;
+              const acc_t* v8 = b8 + nbr * 3;
+              const scalar_t* v1 = b1 + nbr * 3;
+              const acc_t* v15 = b5 + nbr * 3;
+              const acc_t* v18 = b9 + nbr * 3;
+              const scalar_t* v0 = b0 + nbr * 3;
+              #pragma omp simd
+              for (int k = 0; k < 3; ++k) {
+                const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
+                const bool e6 = (e4 == v5[(c0 + k)]);
+                const acc_t e9 = ((acc_t)e6 * v8[(c0 + k)]);
+                const acc_t e10 = (v1[(c0 + k)] * e9);
+                const acc_t e11 = (e10 * v3[(c0 + k)]);
+                const bool e16 = (v2[(c0 + k)] == v15[(c0 + k)]);
+                const acc_t e19 = ((acc_t)e16 * v18[(c0 + k)]);
+                const acc_t e20 = (v0[(c0 + k)] * e19);
+                acc13[k] += e11;
+                acc21[k] += e20;
+              }
+            }
+            #pragma omp simd
+            for (int k = 0; k < 3; ++k) {
+              v13[(c0 + k)] = acc13[k];
+              v21[(c0 + k)] = acc21[k];
+            }
+          }
+          if (!last) continue;  // the row's sums are not complete yet
+          acc_t v22[3];
+          for (int64_t i0 = 0; i0 < 3; ++i0) {
+            v22[i0] = (v13[i0] + v21[i0]);
+          }
+          for (int64_t i0 = 0; i0 < 3; ++i0) {
+            b6[r * 3 + i0] = v22[i0];
           }
         }
-        for (int64_t j = begin; j < end; ++j) {
-          const int64_t nbr = nbrs[j];
-          const scalar_t* v3 = b3 + nbr * 3;
-          const acc_t* v5 = b4 + nbr * 3;
-          const acc_t* v8 = b8 + nbr * 3;
-          const scalar_t* v1 = b1 + nbr * 3;
-          const acc_t* v15 = b5 + nbr * 3;
-          const acc_t* v18 = b9 + nbr * 3;
-          const scalar_t* v0 = b0 + nbr * 3;
-          #pragma omp simd
-          for (int k = 0; k < 3; ++k) {
-            const acc_t e4 = (v2[(c0 + k)] * v3[(c0 + k)]);
-            const bool e6 = (e4 == v5[(c0 + k)]);
-            const acc_t e9 = ((acc_t)e6 * v8[(c0 + k)]);
-            const acc_t e10 = (v1[(c0 + k)] * e9);
-            const acc_t e11 = (e10 * v3[(c0 + k)]);
-            const bool e16 = (v2[(c0 + k)] == v15[(c0 + k)]);
-            const acc_t e19 = ((acc_t)e16 * v18[(c0 + k)]);
-            const acc_t e20 = (v0[(c0 + k)] * e19);
-            acc13[k] += e11;
-            acc21[k] += e20;
-          }
-        }
-        #pragma omp simd
-        for (int k = 0; k < 3; ++k) {
-          v13[(c0 + k)] = acc13[k];
-          v21[(c0 + k)] = acc21[k];
-        }
       }
-      if (!last) continue;  // the row's sums are not complete yet
-      acc_t v22[3];
-      for (int64_t i0 = 0; i0 < 3; ++i0) {
-        v22[i0] = (v13[i0] + v21[i0]);
-      }
-      for (int64_t i0 = 0; i0 < 3; ++i0) {
-        b6[r * 3 + i0] = v22[i0];
-      }
-    }
-    }
-  } else {
-    if (p.num_threads <= 1) {
-      __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
     } else {
-      const int64_t chunks = (p.num_src + 32 - 1) / 32;
-      #pragma omp parallel num_threads(p.num_threads)
-      {
-        acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
-        #pragma omp for schedule(dynamic, 1)
-        for (int64_t c = 0; c < chunks; ++c)
-          __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
+      if (p.num_threads <= 1) {
+        __SEASTAR_PREFIX__backward_kernel1_rows(p, 0, p.num_src, p.scratch);
+      } else {
+        const int64_t chunks = (p.num_src + 32 - 1) / 32;
+        #pragma omp parallel num_threads(p.num_threads)
+        {
+          acc_t* scratch = p.scratch + (int64_t)omp_get_thread_num() * p.scratch_per_row;
+          #pragma omp for schedule(dynamic, 1)
+          for (int64_t c = 0; c < chunks; ++c)
+            __SEASTAR_PREFIX__backward_kernel1_rows(p, c * 32, std::min<int64_t>(p.num_src, (c + 1) * 32), scratch);
+        }
       }
     }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (attempt > 0 && (attempt == 1 || seconds < fastest)) { fastest = seconds; best = candidate; }
   }
+  if (tuned < 0) tuner.settle(size_class, best);
   std::free(partial);
   std::free(cursor);
 }

@@ -1,8 +1,10 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <omp.h>
 #include <unistd.h>
 #if defined(__x86_64__) && !defined(__AVX2__) && defined(__GNUC__)
@@ -59,17 +61,37 @@ static inline double seastar_exp(double x) {
   const double result = y * s1 * s2;
   return x > 709.782712893384 ? INFINITY : (x < -745.1332191019412 ? 0.0 : result);
 }
-static inline int64_t seastar_source_chunk(int64_t row_bytes) {
+static const int seastar_chunk_candidates = 4;
+static inline bool seastar_chunk_fixed() { return std::getenv("SEASTAR_SOURCE_CHUNK_BYTES") != nullptr; }
+static inline int64_t seastar_source_chunk(int64_t row_bytes, int candidate) {
 #ifdef _SC_LEVEL2_CACHE_SIZE
   static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
 #else
   static const long l2 = 0;
 #endif
+  static const int64_t scales[seastar_chunk_candidates] = {1, 2, 8, 0};
   const char* set = std::getenv("SEASTAR_SOURCE_CHUNK_BYTES");
-  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7;
+  const int64_t budget = set != nullptr ? std::atoll(set) : (l2 > 0 ? l2 : (1 << 20)) / 8 * 7 * scales[candidate];
   if (budget <= 0 || row_bytes <= 0) return INT64_MAX;
   return std::max<int64_t>(1, budget / row_bytes);
 }
+// The candidate each size class of one sweep settled on (-1: not tuned yet).
+struct seastar_chunk_tuner {
+  std::mutex lock;
+  int64_t keys[16];
+  int chosen[16];
+  int used = 0;
+  int choice(int64_t key) {
+    std::lock_guard<std::mutex> hold(lock);
+    for (int k = 0; k < used; ++k) if (keys[k] == key) return chosen[k];
+    return used < 16 ? -1 : 0;
+  }
+  void settle(int64_t key, int candidate) {
+    std::lock_guard<std::mutex> hold(lock);
+    for (int k = 0; k < used; ++k) if (keys[k] == key) return;
+    if (used < 16) { keys[used] = key; chosen[used] = candidate; ++used; }
+  }
+};
 
 static const char* last_error = "";
 static int seastar_fail(int code, const char* message) { last_error = message; return code; }
