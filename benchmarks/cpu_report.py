@@ -101,6 +101,14 @@ def _fastest(results, workload, graph, layer) -> dict | None:
     return min(peers, key=lambda r: r["step_s"])
 
 
+def _fastest_that_ran(results, workload, graph, layer) -> dict | None:
+    """The faster of PyG's and DGL's results among those that ran (PyG's SAGE and GIN need the
+    edges x features messages: on the Reddit-scale graphs more memory than the machine has)."""
+    ran = [r for r in (_get(results, workload, graph, layer, lib) for lib in PEERS) if r is not None and
+           r["status"] == "ok"]
+    return min(ran, key=lambda r: r["step_s"]) if ran else _fastest(results, workload, graph, layer)
+
+
 def _verdict(value: float, required: float, at_least: bool, applies: bool, shown: str) -> str:
     if not applies:
         return f"{shown} (ratio only)"
@@ -128,6 +136,7 @@ def targets(results: dict) -> list[dict]:
     def peer_over_ours(workload, graph, layer, peer, key="step_s"):
         def value_of(ours):
             theirs = _fastest(results, workload, graph, layer) if peer == "fastest" else \
+                _fastest_that_ran(results, workload, graph, layer) if peer == "fastest that ran" else \
                 _get(results, workload, graph, layer, peer)
             return _ratio(theirs, _get(results, workload, graph, layer, ours), key)
         return value_of
@@ -145,8 +154,8 @@ def targets(results: dict) -> list[dict]:
         ratio_row("APPNP at least 10x faster than DGL's APPNPConv", g, "APPNP",
                   peer_over_ours("layer", g, "APPNP", "dgl"), 10, applies=large)
         for layer in ("SAGE", "GIN"):
-            ratio_row(f"{layer} at least 1.3x faster than the faster library (its time / ours)", g, layer,
-                      peer_over_ours("layer", g, layer, "fastest"), 1.3, applies=large)
+            ratio_row(f"{layer} at least 1.3x faster than the faster library that runs (its time / ours)", g, layer,
+                      peer_over_ours("layer", g, layer, "fastest that ran"), 1.3, applies=large)
         for layer in ("GAT", "GCN", "APPNP"):
             ratio_row("peak memory at most half of DGL's (DGL's / ours)", g, layer,
                       peer_over_ours("layer", g, layer, "dgl", "peak_mb"), 2, applies=large)

@@ -19,7 +19,7 @@ from .base import COMPUTE_DTYPE
 from .compat import import_dgl
 from .graph import Graph
 from .nn import programs
-from .nn.modules import leading_rows, linear_weight, member, passes_through
+from .nn.modules import leading_linear, leading_rows, linear_weight, member, passes_through
 from .runtime import library
 
 dgl = import_dgl()
@@ -426,11 +426,27 @@ class GINConv(_DGLGINConv):
         programs.check_features("dgl.GINConv", feat)
         library.require()
         converted = _converted(graph)
-        _check_edge_weight(converted.graph, edge_weight)
+        g = converted.graph
+        _check_edge_weight(g, edge_weight)
         feat_src, feat_dst = _as_pair(feat, converted)
-        rst = (1 + self.eps) * feat_dst + _aggregate(converted.graph, self._aggregator_type, feat_src, edge_weight)
-        if self.apply_func is not None:
-            rst = self.apply_func(rst)
+        first = None if self.apply_func is None or self._aggregator_type == "max" else \
+            leading_linear(self.apply_func, (torch.nn.Linear,))
+        if first is not None and first[0].size(1) > first[0].size(0) and feat_src.dim() == 2:
+            # apply_func's first projection before the sweep, where it narrows the rows: a sum or
+            # mean of projected rows is the projection of the sum or mean
+            weight, bias, rest = first
+            h_src = F.linear(feat_src, weight)
+            h_dst = h_src if feat_dst is feat_src else h_src[:g.num_dst] \
+                if leading_rows(feat_dst, feat_src, g.num_dst) else F.linear(feat_dst, weight)
+            rst = (1 + self.eps) * h_dst + _aggregate(g, self._aggregator_type, h_src, edge_weight)
+            if bias is not None:
+                rst = rst + bias
+            for module in rest:
+                rst = module(rst)
+        else:
+            rst = (1 + self.eps) * feat_dst + _aggregate(g, self._aggregator_type, feat_src, edge_weight)
+            if self.apply_func is not None:
+                rst = self.apply_func(rst)
         if self.activation is not None:
             rst = self.activation(rst)
         return rst

@@ -168,9 +168,10 @@ def layer_program_inputs(example: dict, n: int, num_edges: int, gen, heads: int 
 
 def test_layer_programs_under_emulation(emulated, monkeypatch):
     """Every float32 variant of the layers prebuilt for CUDA (GAT with each option, attention weights
-    included; GCN's and APPNP's sums), CUDA dialect under the emulator against the prebuilt CPU
-    kernel, on a graph with a hub and rows without in-edges; forward, and gradients where the variant
-    has a backward (GAT's with for_backward); at odd sizes and at GAT's fast path (8 heads of 8 channels)."""
+    included; GCN's and APPNP's sums; SAGE's means and maxima), CUDA dialect under the emulator
+    against the prebuilt CPU kernel, on a graph with a hub and rows without in-edges; forward, and
+    gradients where the variant has a backward (GAT's with for_backward); at odd sizes and at GAT's
+    fast path (8 heads of 8 channels)."""
     n = 40
     ei = hub_graph(n, seed=3)
     every_dtype = list(prebuilt_variants("cuda"))

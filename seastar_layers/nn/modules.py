@@ -28,6 +28,21 @@ def linear_parameters(lin, kind: type) -> Optional[tuple[Tensor, Optional[Tensor
     return parameters["weight"], parameters["bias"]
 
 
+def leading_linear(module, kinds: tuple) -> Optional[tuple[Tensor, Optional[Tensor], list]]:
+    """(weight, bias, rest) where calling `module` computes F.linear(x, weight, bias) and then calls
+    each of `rest` in turn: a linear layer of exactly one of `kinds` (as linear_parameters), or a
+    torch Sequential without hooks whose first module is one. Else None. A layer that sums before
+    its MLP may then project first (a sum of products is the product of the sum)."""
+    first, rest = module, []
+    if type(module) is torch.nn.Sequential and len(module) > 0 and not _hooked(module):
+        first, rest = module[0], list(module)[1:]
+    for kind in kinds:
+        parameters = linear_parameters(first, kind)
+        if parameters is not None:
+            return parameters[0], parameters[1], rest
+    return None
+
+
 def _hooked(module) -> bool:
     """Whether calling `module` would run hooks: its own or global module hooks."""
     return bool(module._forward_pre_hooks or module._forward_hooks or module._backward_hooks or

@@ -26,7 +26,7 @@ from torch_geometric.utils.sparse import set_sparse_value
 from ..graph import Graph, as_graph, check_index_dtype, graph_tensors
 from ..runtime import library
 from . import edges, programs
-from .modules import leading_rows, linear_parameters, linear_weight
+from .modules import leading_linear, leading_rows, linear_parameters, linear_weight
 
 _warned: set[tuple[str, str]] = set()
 
@@ -851,9 +851,32 @@ class SAGEConv(_NeighbourLayer, pyg_nn.SAGEConv):
         return out
 
 class GINConv(_NeighbourLayer, pyg_nn.GINConv):
-    __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GINConv`: the neighbour sum is one sweep.\n\n"
-               + (pyg_nn.GINConv.__doc__ or ""))
+    __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GINConv`: the neighbour sum is one sweep (of the "
+               "MLP's first projection, where that narrows the rows).\n\n" + (pyg_nn.GINConv.__doc__ or ""))
     _stock_example = (torch.nn.Identity(),)
+
+    def _eager(self, x, edge_index, size):
+        first = leading_linear(self._modules["nn"], (Linear, torch.nn.Linear))
+        if first is None or first[0].size(1) <= first[0].size(0) or \
+                type(self._modules["aggr_module"]) is MaxAggregation or _unfused_neighbour_reason(self, x) is not None:
+            return super()._eager(x, edge_index, size)
+        # the MLP's first projection before the sweep, where it narrows the rows: a sum or mean of
+        # projected rows is the projection of the sum or mean
+        programs.check_features("GINConv", x)
+        library.require()
+        weight, bias, rest = first
+        x_src, x_dst = (x, x) if isinstance(x, Tensor) else (x[0], x[1])
+        graph, edge_weight = _neighbour_graph(self, x_src, x_dst, edge_index, size)
+        h_src = F.linear(x_src, weight)
+        out = _aggregated(_AGGREGATION_OPS[type(self._modules["aggr_module"])], graph.op_tensors(), h_src,
+                          edge_weight, self.node_dim)
+        if x_dst is not None:
+            out = out + (1 + self.eps) * (h_src if x_dst is x_src else F.linear(x_dst, weight))
+        if bias is not None:
+            out = out + bias
+        for module in rest:
+            out = module(out)
+        return out
 
     def _finish(self, out: Tensor, x_dst: Optional[Tensor]) -> Tensor:
         if x_dst is not None:
