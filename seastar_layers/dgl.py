@@ -431,9 +431,10 @@ class GINConv(_DGLGINConv):
         feat_src, feat_dst = _as_pair(feat, converted)
         first = None if self.apply_func is None or self._aggregator_type == "max" else \
             leading_linear(self.apply_func, (torch.nn.Linear,))
-        if first is not None and first[0].size(1) > first[0].size(0) and feat_src.dim() == 2:
+        if first is not None and first[0].size(1) > first[0].size(0) and feat_src.dim() == 2 and \
+                (edge_weight is None or edge_weight.numel() == g.num_edges):
             # apply_func's first projection before the sweep, where it narrows the rows: a sum or
-            # mean of projected rows is the projection of the sum or mean
+            # mean of projected rows (times one weight an edge) is the projection of the sum or mean
             weight, bias, rest = first
             h_src = F.linear(feat_src, weight)
             h_dst = h_src if feat_dst is feat_src else h_src[:g.num_dst] \

@@ -392,7 +392,7 @@ def test_sage_and_gin_edge_weights_of_other_shapes():
     programs, compiled for them on first use."""
     g = graph()
     for ref, ours in (pair("SAGEConv", in_feats=F_IN, out_feats=16, aggregator_type="mean"),
-                      gin_pair(aggregator_type="max")):
+                      gin_pair(aggregator_type="max"), gin_pair(aggregator_type="sum")):
         check(ref, ours, g, x(), edge_weight=torch.rand(g.num_edges(), F_IN))
     _, ours = gin_pair()
     with pytest.raises(ValueError, match=r"'edge_weight' must have one value per edge \(151\), got shape \(3,\)"):

@@ -79,6 +79,9 @@ def test_scripted_bipartite_sage_and_gin():
                   sl.GINConv(torch.nn.Linear(F_IN, 3)).eval()):
         for pair in ((x_src, x_dst), (x_src, None)):
             torch.testing.assert_close(scripted(layer)(pair, ei, size=(N, 7)), layer(pair, ei, size=(N, 7)))
+    reversed_flow = scripted(sl.SAGEConv(F_IN, 3, flow="target_to_source"))
+    with pytest.raises(Exception, match="a pair of features with flow='target_to_source' runs PyG's own layer"):
+        reversed_flow((x_src, x_dst), ei.flip(0), size=(7, N))
 
 
 def test_scripted_training_mode_runs_dropout():

@@ -799,6 +799,10 @@ class _NeighbourLayer(_StockTemplates):
         if isinstance(x, Tensor):
             x_src, x_dst = x, x
         else:
+            if self.flow == "target_to_source":
+                raise RuntimeError("seastar_layers." + self._layer_name + ": a pair of features with "
+                                   "flow='target_to_source' runs PyG's own layer, which cannot be scripted "
+                                   "through seastar_layers; script the torch_geometric.nn layer for it")
             x_src, x_dst = x[0], x[1]
         x_src = self._sources(x_src)
         graph = _scripted_neighbour_graph(self._layer_name, self.node_dim, self.flow, x_src, x_dst, edge_index, size)
