@@ -1,4 +1,5 @@
-"""Parity of seastar_layers.{GATConv, GCNConv, APPNP, SAGEConv, GINConv} with PyG's layers: outputs, gradients, state_dicts."""
+"""Parity of seastar_layers.{GATConv, GCNConv, APPNP, SAGEConv, GINConv} with PyG's layers: outputs, gradients,
+state_dicts."""
 import copy
 import warnings
 
@@ -306,7 +307,8 @@ def test_unsupported_precision_is_named_in_layer_terms():
     x, ei = data()
     for layer in (sl.GATConv(F_IN, 2), sl.GCNConv(F_IN, 2), sl.APPNP(K=1, alpha=0.1), sl.SAGEConv(F_IN, 2),
                   sl.GINConv(torch.nn.Identity())):
-        with pytest.raises(TypeError, match=r"seastar_layers (GATConv|GCNConv|APPNP|SAGEConv|GINConv) supports float32, float64, "
+        with pytest.raises(TypeError, match=r"seastar_layers (GATConv|GCNConv|APPNP|SAGEConv|GINConv) supports "
+                                            r"float32, float64, "
                                             r"float16 and bfloat16 node features, got torch.complex64"):
             layer(x.to(torch.complex64), ei)
 

@@ -46,7 +46,8 @@ CASES = {
     "sage-max-normalize": lambda x, ea, w: (sl.SAGEConv(F_IN, 6, aggr="max", normalize=True, project=True), (x, EI)),
     "sage-sum-target-to-source": lambda x, ea, w: (sl.SAGEConv(F_IN, 6, aggr="sum", flow="target_to_source"), (x, EI)),
     "gin": lambda x, ea, w: (sl.GINConv(torch.nn.Linear(F_IN, 6), train_eps=True), (x, EI)),
-    "gin-mean-static-graph": lambda x, ea, w: (sl.GINConv(torch.nn.Identity(), aggr="mean"), (torch.stack([x, -x]), EI)),
+    "gin-mean-static-graph": lambda x, ea, w: (sl.GINConv(torch.nn.Identity(), aggr="mean"),
+                                               (torch.stack([x, -x]), EI)),
 }
 
 

@@ -854,6 +854,7 @@ class SAGEConv(_NeighbourLayer, pyg_nn.SAGEConv):
             out = F.normalize(out, p=2., dim=-1)
         return out
 
+
 class GINConv(_NeighbourLayer, pyg_nn.GINConv):
     __doc__ = ("Fused drop-in for :class:`torch_geometric.nn.GINConv`: the neighbour sum is one sweep (of the "
                "MLP's first projection, where that narrows the rows).\n\n" + (pyg_nn.GINConv.__doc__ or ""))
