@@ -355,15 +355,6 @@ class APPNPConv(_DGLAPPNPConv):
         return h.view(feat.shape)
 
 
-def _in_degrees(g: Graph, like: torch.Tensor) -> torch.Tensor:
-    """The destinations' in-degrees as a column in `like`'s dtype (DGL's in_degrees().to(x).unsqueeze(-1)):
-    made once per graph (inside a traced model, on every call)."""
-    def make():
-        return (g.in_indptr[1:] - g.in_indptr[:-1]).to(like.dtype).unsqueeze(-1)
-
-    return make() if torch.compiler.is_compiling() else g.derived(("in_degrees", like.dtype), make)
-
-
 class SAGEConv(_DGLSAGEConv):
     __doc__ = ("Fused drop-in for :class:`dgl.nn.SAGEConv`: the mean, gcn and pool aggregators' neighbour sweep is one "
                "fused sum, mean or max (aggregator_type='lstm' runs DGL's own layer).\n\n"
@@ -402,7 +393,7 @@ class SAGEConv(_DGLSAGEConv):
                     h_src = h_dst
             else:
                 h_dst = h_src[:g.num_dst] if converted.is_block else h_src
-            h_neigh = (_aggregate(g, "sum", h_src, edge_weight) + h_dst) / (_in_degrees(g, feat_dst) + 1)
+            h_neigh = (_aggregate(g, "sum", h_src, edge_weight) + h_dst) / (g.in_degree(feat_dst.dtype).unsqueeze(-1) + 1)
             h_neigh = h_neigh if project_first else fc_neigh(h_neigh)
         else:  # pool
             h_neigh = fc_neigh(_aggregate(g, "max", F.relu(modules["fc_pool"](feat_src)), edge_weight))

@@ -134,7 +134,10 @@ class Graph:
 
     def derived(self, key, make):
         """make(), a value that follows from this graph alone (e.g. a layer's normalisation weights),
-        made once per graph and key: the graph caches hold the graph as long as its source lives."""
+        made once per graph and key: the graph caches hold the graph as long as its source lives.
+        Inside a traced model (torch.compile, export) on every call, as part of the traced graph."""
+        if torch.compiler.is_compiling():
+            return make()
         if key not in self._derived:
             self._derived[key] = make()
         return self._derived[key]

@@ -140,9 +140,8 @@ static inline double seastar_exp(double x) {
 
 
 # Neighbours per chunk of a source-chunked sweep (cstyle.py: render_source_chunks). Whether gathered
-# rows are cheaper from L2 or from the last-level cache depends on the CPU (docs/design.md: 1.9 MB
-# chunks were best on a 2 MB-L2 machine, one sweep or 7 MB chunks on a 1 MB-L2 one), so a sweep's
-# first call of a size class times each candidate (7/8 of a core's L2 times 1, 2 and 8, and no
+# rows are cheaper from L2 or from the last-level cache depends on the CPU (docs/design.md), so a
+# sweep's first call of a size class times each candidate (7/8 of a core's L2 times 1, 2 and 8, and no
 # chunks) and later calls take the fastest; every candidate adds the same terms in the same order.
 # SEASTAR_SOURCE_CHUNK_BYTES fixes the budget (config.py; 0: one sweep).
 SOURCE_CHUNK_HELPER = r"""

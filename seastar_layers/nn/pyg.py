@@ -792,7 +792,12 @@ class _NeighbourLayer(_StockTemplates):
         x_src = self._sources(x_src)
         graph, weight = _neighbour_graph(self, x_src, x_dst, edge_index, size)
         op = _AGGREGATION_OPS[type(self._modules["aggr_module"])]
-        return self._finish(self._sweep(op, graph.op_tensors(), x_src, weight), x_dst)
+        return self._around(op, graph.op_tensors(), x_src, x_dst, weight)
+
+    def _around(self, op: str, graph: List[Tensor], x_src: Tensor, x_dst: Optional[Tensor],
+                weight: Optional[Tensor]) -> Tensor:
+        """The eager layer's output from its sources and the graph: the sweep and what follows it."""
+        return self._finish(self._sweep(op, graph, x_src, weight), x_dst)
 
     def _scripted(self, x: Union[Tensor, Tuple[Tensor, Optional[Tensor]]], edge_index: Tensor,
                   size: Optional[Tuple[int, int]]) -> Tensor:
@@ -860,23 +865,18 @@ class GINConv(_NeighbourLayer, pyg_nn.GINConv):
                "MLP's first projection, where that narrows the rows).\n\n" + (pyg_nn.GINConv.__doc__ or ""))
     _stock_example = (torch.nn.Identity(),)
 
-    def _eager(self, x, edge_index, size):
+    def _around(self, op: str, graph: List[Tensor], x_src: Tensor, x_dst: Optional[Tensor],
+                weight: Optional[Tensor]) -> Tensor:
         first = leading_linear(self._modules["nn"], (Linear, torch.nn.Linear))
-        if first is None or first[0].size(1) <= first[0].size(0) or \
-                type(self._modules["aggr_module"]) is MaxAggregation or _unfused_neighbour_reason(self, x) is not None:
-            return super()._eager(x, edge_index, size)
+        if first is None or first[0].size(1) <= first[0].size(0) or op == "neighbour_max":
+            return super()._around(op, graph, x_src, x_dst, weight)
         # the MLP's first projection before the sweep, where it narrows the rows: a sum or mean of
         # projected rows is the projection of the sum or mean
-        programs.check_features("GINConv", x)
-        library.require()
-        weight, bias, rest = first
-        x_src, x_dst = (x, x) if isinstance(x, Tensor) else (x[0], x[1])
-        graph, edge_weight = _neighbour_graph(self, x_src, x_dst, edge_index, size)
-        h_src = F.linear(x_src, weight)
-        out = _aggregated(_AGGREGATION_OPS[type(self._modules["aggr_module"])], graph.op_tensors(), h_src,
-                          edge_weight, self.node_dim)
+        projection, bias, rest = first
+        h_src = F.linear(x_src, projection)
+        out = _aggregated(op, graph, h_src, weight, self.node_dim)
         if x_dst is not None:
-            out = out + (1 + self.eps) * (h_src if x_dst is x_src else F.linear(x_dst, weight))
+            out = out + (1 + self.eps) * (h_src if x_dst is x_src else F.linear(x_dst, projection))
         if bias is not None:
             out = out + bias
         for module in rest:
