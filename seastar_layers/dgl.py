@@ -393,7 +393,8 @@ class SAGEConv(_DGLSAGEConv):
                     h_src = h_dst
             else:
                 h_dst = h_src[:g.num_dst] if converted.is_block else h_src
-            h_neigh = (_aggregate(g, "sum", h_src, edge_weight) + h_dst) / (g.in_degree(feat_dst.dtype).unsqueeze(-1) + 1)
+            degrees = g.in_degree(feat_dst.dtype).unsqueeze(-1)
+            h_neigh = (_aggregate(g, "sum", h_src, edge_weight) + h_dst) / (degrees + 1)
             h_neigh = h_neigh if project_first else fc_neigh(h_neigh)
         else:  # pool
             h_neigh = fc_neigh(_aggregate(g, "max", F.relu(modules["fc_pool"](feat_src)), edge_weight))
